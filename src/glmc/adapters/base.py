@@ -1,0 +1,87 @@
+"""What an adapter is: the only code that knows a model family.
+
+The canonical view is a flat dict of float tensors with role names. Row-vector convention, residual axis LAST:
+  embed [V, d]            token embedding (GPT-2)                    — residual writer
+  pos_embed [P, d]        position embedding                         — writer
+  patch.w [C·p·p, d], patch.b [d], cls [1, d], registers [R, d]      — ViT writers
+  blocks.{i}.ln1.w/.b [d] LayerNorm before attention
+  blocks.{i}.attn.{q,k,v}.w [H, d_head, d], .b [H, d_head]           — readers (q_h = W_q,h · x + b_q,h)
+  blocks.{i}.attn.o.w [H, d_head, d], .o.b [d]                       — writer (out = Σ_h z_h · W_o,h + b)
+  blocks.{i}.ls1 / ls2 [d]  LayerScale (timm), folded into the writer by canonicalisation
+  blocks.{i}.ln2.w/.b [d]  LayerNorm before the MLP
+  blocks.{i}.mlp.in.w [n, d], .in.b [n]                              — reader
+  blocks.{i}.mlp.out.w [n, d], .out.b [d]                            — writer
+  ln_final.w/.b [d]        final LayerNorm
+  head.w [V or classes, d], head.b                                    — reader (LM head / classifier)
+Every symmetry in glmc/symmetry/spec.py is written against these names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+class UnsupportedModel(ValueError):
+    """The model has a feature that glmc cannot transform exactly; the message names it."""
+
+
+@dataclass
+class Arch:
+    family: str  # "gpt2" | "hf-vit" | "timm-vit"
+    task: str  # "lm" | "cls"
+    n_layer: int
+    d_model: int
+    n_head: int
+    d_head: int
+    d_mlp: int
+    activation: str
+    ln_eps: float
+
+    @property
+    def relu(self) -> bool:
+        return self.activation == "relu"
+
+    def to_dict(self):
+        return asdict(self)
+
+
+class Adapter:
+    """Maps a native model to the canonical view and back. Subclasses implement the four methods."""
+
+    family: str = ""
+
+    @staticmethod
+    def matches(model) -> bool:
+        raise NotImplementedError
+
+    def check_supported(self, model) -> None:
+        """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""
+
+    def arch(self, model) -> Arch:
+        raise NotImplementedError
+
+    def to_canonical(self, model) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def from_canonical(self, view: dict[str, torch.Tensor], model, ln_eps: float | None = None):
+        """A new native model of the same family holding `view` (shapes may differ from `model`'s: wider
+        layers, an untied head, a rescaled LayerNorm eps). `model` itself is not modified."""
+        raise NotImplementedError
+
+
+def heads_from_columns(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """[d_in, H·d_head] (x·W layout) → [H, d_head, d_in]."""
+    d_in, hd = w.shape
+    return w.T.reshape(n_head, hd // n_head, d_in)
+
+
+def heads_to_columns(w: torch.Tensor) -> torch.Tensor:
+    """[H, d_head, d_in] → [d_in, H·d_head]."""
+    h, dh, d_in = w.shape
+    return w.reshape(h * dh, d_in).T
+
+
+def copy_view(view: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in view.items()}

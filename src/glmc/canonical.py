@@ -1,0 +1,88 @@
+"""Canonicalisation: make a model's residual stream rotation-ready without changing its function.
+
+1. Fold LayerNorm gains γ (and biases β, where the reader has a bias) into the layers that read the norm:
+   W ← W·diag(γ) (residual axis last), b ← b + W·β; then γ = 1, β = 0. A reader without bias (GPT-2's LM
+   head) keeps β as the norm's bias (γ is still folded).
+2. Fold LayerScale (timm ls1/ls2) into the writer it scales.
+3. Mean-centre every residual writer (last axis): every reader sees the stream through a LayerNorm, which
+   subtracts the mean anyway, so the function is unchanged and the stream becomes mean-zero.
+Family-agnostic: works on the canonical view only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from glmc.symmetry.spec import WRITERS
+
+# norm -> the readers behind it: (weight key, bias key or None)
+NORM_READERS = {
+    "blocks.{i}.ln1": [("blocks.{i}.attn.q.w", "blocks.{i}.attn.q.b"), ("blocks.{i}.attn.k.w", "blocks.{i}.attn.k.b"),
+                       ("blocks.{i}.attn.v.w", "blocks.{i}.attn.v.b")],
+    "blocks.{i}.ln2": [("blocks.{i}.mlp.in.w", "blocks.{i}.mlp.in.b")],
+    "ln_final": [("head.w", "head.b")],
+}
+LAYER_SCALE = {"blocks.{i}.ls1": ("blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b"),
+               "blocks.{i}.ls2": ("blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b")}
+
+
+def _expand(template: str, n_layer: int) -> list[str]:
+    return [template.format(i=i) for i in range(n_layer)] if "{i}" in template else [template]
+
+
+def fold_norms(view: dict, n_layer: int) -> dict:
+    v = dict(view)
+    for norm_t, readers_t in NORM_READERS.items():
+        for i in range(n_layer) if "{i}" in norm_t else [None]:
+            norm = norm_t.format(i=i)
+            gamma, beta = v[norm + ".w"].double(), v[norm + ".b"].double()
+            readers = [(w.format(i=i), b.format(i=i)) for w, b in readers_t]
+            keep_beta = any(b not in v for _, b in readers)
+            for wk, bk in readers:
+                w = v[wk].double()
+                if bk in v and not keep_beta:
+                    v[bk] = (v[bk].double() + w @ beta).to(v[bk].dtype)
+                v[wk] = (w * gamma).to(v[wk].dtype)
+            v[norm + ".w"] = torch.ones_like(v[norm + ".w"])
+            v[norm + ".b"] = (beta / gamma).to(v[norm + ".b"].dtype) if keep_beta else torch.zeros_like(v[norm + ".b"])
+    return v
+
+
+def fold_layer_scale(view: dict, n_layer: int) -> dict:
+    v = dict(view)
+    for ls_t, (w_t, b_t) in LAYER_SCALE.items():
+        for i in range(n_layer):
+            ls = ls_t.format(i=i)
+            if ls in v:
+                s = v[ls]
+                v[w_t.format(i=i)] = v[w_t.format(i=i)] * s
+                v[b_t.format(i=i)] = v[b_t.format(i=i)] * s
+                v[ls] = torch.ones_like(s)
+    return v
+
+
+def centre_writers(view: dict, n_layer: int) -> dict:
+    v = dict(view)
+    for t in WRITERS:
+        for k in _expand(t, n_layer):
+            if k in v:
+                x = v[k].double()
+                v[k] = (x - x.mean(-1, keepdim=True)).to(v[k].dtype)
+    return v
+
+
+def canonicalise(view: dict, n_layer: int) -> dict:
+    return centre_writers(fold_norms(fold_layer_scale(view, n_layer), n_layer), n_layer)
+
+
+def is_canonical(view: dict, n_layer: int, atol: float = 1e-5) -> bool:
+    """LayerNorm gains are 1, LayerScale is folded and every writer is mean-centred."""
+    for k, t in view.items():
+        if k.endswith((".ln1.w", ".ln2.w", "ls1", "ls2")) or k == "ln_final.w":
+            if not torch.all(t == 1):
+                return False
+    for t in WRITERS:
+        for k in _expand(t, n_layer):
+            if k in view and view[k].double().mean(-1).abs().max() > atol * max(1.0, float(view[k].abs().max())):
+                return False
+    return True

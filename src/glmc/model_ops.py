@@ -1,0 +1,50 @@
+"""Model-level operations written once against the canonical view (no family knowledge here)."""
+
+from __future__ import annotations
+
+import torch
+
+from glmc.adapters import adapter_for
+from glmc.canonical import canonicalise, is_canonical
+from glmc.symmetry.transform import Transform
+
+
+def canonical_view(model) -> tuple[dict, "object"]:
+    """(canonicalised view, adapter) of a native model; the model is not modified."""
+    adapter = adapter_for(model)
+    arch = adapter.arch(model)
+    return canonicalise(adapter.to_canonical(model), arch.n_layer), adapter
+
+
+def canonical_model(model):
+    """The same function as `model`, canonicalised (LayerNorm gains 1, writers centred), as a native model."""
+    view, adapter = canonical_view(model)
+    return adapter.from_canonical(view, model)
+
+
+def transform_model(model, transform: Transform, canonicalise_first: bool = True):
+    """A new native model: `transform` applied to `model` (canonicalised first when the transform touches the
+    residual stream, which needs it)."""
+    adapter = adapter_for(model)
+    arch = adapter.arch(model)
+    view = adapter.to_canonical(model)
+    if "residual" in transform:
+        if canonicalise_first:
+            view = canonicalise(view, arch.n_layer)
+        elif not is_canonical(view, arch.n_layer):
+            raise ValueError("a residual map needs a canonical model (LayerNorm gains 1, writers mean-centred)")
+    return adapter.from_canonical(transform.apply(view, arch.n_layer), model)
+
+
+@torch.no_grad()
+def logits(model, inputs: torch.Tensor) -> torch.Tensor:
+    out = model(inputs) if not _is_hf(model) else model(**_hf_inputs(model, inputs))
+    return (out.logits if hasattr(out, "logits") else out).float()
+
+
+def _is_hf(model) -> bool:
+    return hasattr(model, "config") and hasattr(model.config, "model_type")
+
+
+def _hf_inputs(model, inputs):
+    return {"input_ids": inputs} if inputs.dtype == torch.long else {"pixel_values": inputs}
