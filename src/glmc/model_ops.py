@@ -48,3 +48,13 @@ def _is_hf(model) -> bool:
 
 def _hf_inputs(model, inputs):
     return {"input_ids": inputs} if inputs.dtype == torch.long else {"pixel_values": inputs}
+
+
+def widen_model(model, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
+                o: torch.Tensor | None = None):
+    """`model` embedded exactly into a wider architecture of the same family (see glmc/widen.py)."""
+    from glmc.widen import widen
+
+    view, adapter = canonical_view(model)
+    wide, eps = widen(view, adapter.arch(model), d_model, n_head, d_mlp, o)
+    return adapter.from_canonical(wide, model, ln_eps=eps)

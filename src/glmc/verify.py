@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from glmc.adapters import adapter_for
-from glmc.model_ops import canonical_model, logits, transform_model
+from glmc.model_ops import canonical_model, logits, transform_model, widen_model
+from glmc.widen import random_mean_preserving_embedding
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 
 
@@ -79,6 +80,9 @@ def verify_model(model, seed: int = 0, tol: float = 1e-4, classes: list[str] | N
     run("canonical", lambda: canon)
     for cls in classes or exact_classes(arch):
         run(cls, lambda: transform_model(canon, random_class_element(cls, arch, gen)))
+    if classes is None or "rectangular" in classes:
+        o = random_mean_preserving_embedding(arch.d_model, 2 * arch.d_model, gen)
+        run("rectangular", lambda: widen_model(model, 2 * arch.d_model, d_mlp=arch.d_mlp + arch.d_mlp // 4, o=o))
     full = random_full_transform(arch, gen)
     moved = transform_model(canon, full)
     run("composed", lambda: moved)

@@ -1,0 +1,38 @@
+"""`glmc verify MODEL_DIR`: prove on this checkpoint that every symmetry class keeps the function."""
+
+import sys
+
+import click
+
+
+@click.command("verify")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--tol", default=1e-4, show_default=True, help="Largest allowed max |Δlogits| and |Δloss|.")
+@click.option("--seed", default=0, show_default=True, help="Seed for the random group elements and inputs.")
+@click.option("--classes", default=None, help="Comma-separated subset of classes (default: all the model admits).")
+def command(model_dir, tol, seed, classes):
+    """Canonicalise MODEL_DIR, apply random elements of every symmetry class it admits (alone and composed)
+    and report max |Δlogits| and |Δloss|. Exits 1 if any exceeds --tol. The checkpoint is only read."""
+    import torch
+
+    from glmc.adapters import UnsupportedModel, adapter_for
+    from glmc.models import load_model
+    from glmc.verify import verify_model
+
+    torch.set_grad_enabled(False)
+    model, _ = load_model(model_dir)
+    try:
+        arch = adapter_for(model).arch(model)
+        checks = verify_model(model, seed=seed, tol=tol, classes=classes.split(",") if classes else None)
+    except UnsupportedModel as e:
+        raise click.ClickException(f"cannot transform {model_dir} exactly: {e}")
+    click.echo(f"{model_dir}: {arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads, "
+               f"MLP {arch.d_mlp} ({arch.activation})")
+    click.echo(f"{'class':<20}{'max |Δlogits|':>15}{'|Δloss|':>12}{'seconds':>9}  ok")
+    for c in checks:
+        click.echo(f"{c.name:<20}{c.max_dlogits:>15.2e}{c.dloss:>12.2e}{c.seconds:>9.2f}  {'yes' if c.ok else 'NO'}")
+    bad = [c.name for c in checks if not c.ok]
+    if bad:
+        click.echo(f"FAILED (tolerance {tol:g}): {', '.join(bad)}", err=True)
+        sys.exit(1)
+    click.echo(f"all {len(checks)} checks within {tol:g}")

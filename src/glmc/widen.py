@@ -1,0 +1,104 @@
+"""Exact embedding of a narrower model into a wider architecture (narrow → wide).
+
+Residual: x ↦ x·O with O ∈ R^{N×M}, O·Oᵀ = I_N and O·1_M ∝ 1_N (mean-zero streams stay mean-zero). ‖x·O‖ = ‖x‖
+but LayerNorm divides by √(‖x‖²/M + ε), so with ε_M = ε_N·N/M: LN_M(x·O) = √(M/N)·LN_N(x)·O. Readers are
+therefore scaled by c = √(N/M) and surviving LayerNorm biases by 1/c.
+Heads: per-head dimensions are zero-padded (Q scaled by √(d_head_wide/d_head) to keep the softmax temperature,
+since attention divides by √d_head); extra heads are all-zero. MLP: extra units have zero in- and out-weights.
+Works on canonical views (see glmc/canonical.py); family-agnostic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from glmc.adapters.base import Arch
+from glmc.symmetry.groups import LinearMap, ones_complement_basis, random_orthogonal, zero_pad
+from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS
+from glmc.symmetry.transform import Transform
+
+
+def mean_preserving_embedding(n: int, m: int, r: torch.Tensor | None = None) -> torch.Tensor:
+    """O = 1_N·1_Mᵀ/√(NM) + U_N·R·V_Mᵀ, with R ((N−1)×(M−1), orthonormal rows; default [I 0])."""
+    if r is None:
+        r = torch.eye(n - 1, m - 1, dtype=torch.float64)
+    return (torch.ones(n, m, dtype=torch.float64) / math.sqrt(n * m)
+            + ones_complement_basis(n) @ r.double() @ ones_complement_basis(m).T)
+
+
+def random_mean_preserving_embedding(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
+    q = random_orthogonal(m - 1, gen)[: n - 1]  # (N−1)×(M−1) with orthonormal rows
+    return mean_preserving_embedding(n, m, q)
+
+
+def _keys(templates, n_layer, view):
+    out = []
+    for t in templates:
+        for i in range(n_layer) if "{i}" in t else [None]:
+            k = t.format(i=i)
+            if k in view:
+                out.append(k)
+    return out
+
+
+def embed_residual(view: dict, arch: Arch, o: torch.Tensor) -> dict:
+    n, m = o.shape
+    c = math.sqrt(n / m)
+    v = dict(view)
+    lm = LinearMap(o)
+    for k in _keys(WRITERS, arch.n_layer, view):
+        v[k] = lm.act(v[k], -1, "co")
+    for k in _keys(NORM_BIASES, arch.n_layer, view):
+        v[k] = lm.act(v[k], -1, "co") / c
+    for k in _keys(READERS, arch.n_layer, view):
+        v[k] = lm.act(v[k], -1, "contra") * c
+    for k in _keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w"], arch.n_layer, view):
+        if not torch.all(v[k] == 1):
+            raise ValueError("embed a canonical view: LayerNorm gains must be folded first")
+        v[k] = torch.ones(m, dtype=v[k].dtype)
+    return v
+
+
+def pad_heads(view: dict, arch: Arch, n_head: int, d_head: int) -> dict:
+    """Zero-pad each head's dimension to d_head and the head count to n_head."""
+    v = dict(view)
+    scale = math.sqrt(d_head / arch.d_head)
+    t = Transform()
+    for i in range(arch.n_layer):
+        t.elements[f"heads.{i}"] = zero_pad(arch.n_head, n_head)
+    v = t.apply(v, arch.n_layer)
+    dim_pad = zero_pad(arch.d_head, d_head)
+    for i in range(arch.n_layer):
+        for p in "qkvo":
+            k = f"blocks.{i}.attn.{p}.w"
+            v[k] = dim_pad.act(v[k], 1, "copy")
+            if p != "o":
+                v[k[:-1] + "b"] = dim_pad.act(v[k[:-1] + "b"], 1, "copy")
+        v[f"blocks.{i}.attn.q.w"] = v[f"blocks.{i}.attn.q.w"] * scale
+        v[f"blocks.{i}.attn.q.b"] = v[f"blocks.{i}.attn.q.b"] * scale
+    return v
+
+
+def pad_mlp(view: dict, arch: Arch, d_mlp: int) -> dict:
+    return Transform({f"mlp.{i}": zero_pad(arch.d_mlp, d_mlp) for i in range(arch.n_layer)}).apply(view, arch.n_layer)
+
+
+def widen(view: dict, arch: Arch, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
+          o: torch.Tensor | None = None) -> tuple[dict, float]:
+    """(wide canonical view, LayerNorm eps for the wide model). Head count defaults to the narrow model's, so
+    d_head grows with the residual width (HF GPT-2 and ViT need n_head·d_head = d_model)."""
+    n_head = n_head or arch.n_head
+    if d_model % n_head:
+        raise ValueError(f"d_model {d_model} is not divisible by n_head {n_head}")
+    d_head = d_model // n_head
+    if d_model < arch.d_model or n_head < arch.n_head or d_head < arch.d_head or (d_mlp or arch.d_mlp) < arch.d_mlp:
+        raise ValueError("widen only grows widths; for a narrower target swap the models")
+    o = mean_preserving_embedding(arch.d_model, d_model) if o is None else o
+    v = embed_residual(view, arch, o)
+    if (n_head, d_head) != (arch.n_head, arch.d_head):
+        v = pad_heads(v, arch, n_head, d_head)
+    if d_mlp and d_mlp != arch.d_mlp:
+        v = pad_mlp(v, arch, d_mlp)
+    return v, arch.ln_eps * arch.d_model / d_model
