@@ -1,0 +1,77 @@
+"""Loss and accuracy of a model on batches from glmc.data, for every family glmc handles.
+
+- LM (task "lm", batches with ``input_ids`` and already-shifted ``targets``): mean token-level cross-entropy
+  in nats and next-token accuracy (argmax == target), over every target token.
+- Classification (task "cls", ``pixel_values`` and ``labels``): mean cross-entropy and top-1 accuracy.
+
+Logits are cast to float32 before the loss, and sums are accumulated in float64, so a given model and batch
+sequence always gives the same numbers. ``loss_and_correct`` takes optional ``params`` so callers can
+evaluate substituted parameters (interpolations, aligned copies) through ``torch.func.functional_call``
+without copying the model.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def task_of_batch(batch: dict) -> str:
+    if "input_ids" in batch:
+        return "lm"
+    if "pixel_values" in batch:
+        return "cls"
+    raise ValueError(f"batch has neither input_ids nor pixel_values: keys {sorted(batch)}")
+
+
+def model_device(model) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def forward_logits(model, batch: dict, params=None) -> torch.Tensor:
+    """Logits for a batch: HF GPT-2 via input_ids, HF ViT via pixel_values, timm via a plain tensor."""
+    if "input_ids" in batch:
+        args, kwargs = (), {"input_ids": batch["input_ids"], "use_cache": False}
+    elif hasattr(model, "config"):  # Hugging Face image model
+        args, kwargs = (), {"pixel_values": batch["pixel_values"]}
+    else:  # timm
+        args, kwargs = (batch["pixel_values"],), {}
+    out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def loss_and_correct(model, batch: dict, task=None, params=None, device=None):
+    """(summed cross-entropy as a 0-d float32 tensor, number correct as a 0-d tensor, number of predictions).
+
+    Grad mode is left to the caller (training differentiates through the loss)."""
+    task = task or task_of_batch(batch)
+    device = device or model_device(model)
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    logits = forward_logits(model, batch, params).float()
+    target = batch["targets"] if task == "lm" else batch["labels"]
+    logits = logits.reshape(-1, logits.shape[-1])
+    target = target.reshape(-1)
+    loss = F.cross_entropy(logits, target, reduction="sum")
+    correct = (logits.argmax(-1) == target).sum()
+    return loss, correct, int(target.numel())
+
+
+@torch.no_grad()
+def evaluate(model, batches, task=None, params=None) -> dict:
+    """{"loss": mean loss, "acc": accuracy, "n": predictions counted} over an iterable of batches.
+
+    The model is put in eval mode for the pass and restored to its previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    total, correct, n = 0.0, 0, 0
+    try:
+        for batch in batches:
+            loss, right, count = loss_and_correct(model, batch, task, params)
+            total += float(loss)
+            correct += int(right)
+            n += count
+    finally:
+        model.train(was_training)
+    if n == 0:
+        raise ValueError("evaluate got no batches")
+    return {"loss": total / n, "acc": correct / n, "n": n}
