@@ -44,16 +44,20 @@ def random_class_element(cls: str, arch: Arch, gen: torch.Generator) -> Transfor
 
 
 def exact_classes(arch: Arch) -> list[str]:
-    """The classes this architecture admits exactly (semi-permutations need f(αx) = αf(x), i.e. ReLU)."""
+    """The classes this architecture admits exactly (semi-permutations need f(αx) = αf(x), i.e. ReLU), less
+    those its adapter declares unsupported (arch.unsupported, e.g. "qk" under timm's qk_norm)."""
     classes = ["orthogonal", "residual-perm", "heads", "qk", "ov", "mlp", "mlp-pad"]
     if arch.relu:
         classes.insert(classes.index("mlp-pad"), "mlp-split")
-    return classes
+    return [c for c in classes if c not in arch.unsupported]
 
 
 def random_full_transform(arch: Arch, gen: torch.Generator) -> Transform:
-    """Every invertible class at once (orthogonal residual, head permutations, per-head maps, MLP permutations)."""
+    """Every invertible class the model admits at once (orthogonal residual, head permutations, per-head maps,
+    MLP permutations)."""
     t = Transform()
     for cls in ("orthogonal", "heads", "qk", "ov", "mlp"):
+        if cls in arch.unsupported:
+            continue
         t.elements.update(random_class_element(cls, arch, gen).elements)
     return t
