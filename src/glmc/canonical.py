@@ -54,9 +54,10 @@ def fold_layer_scale(view: dict, n_layer: int) -> dict:
         for i in range(n_layer):
             ls = ls_t.format(i=i)
             if ls in v:
-                s = v[ls]
-                v[w_t.format(i=i)] = v[w_t.format(i=i)] * s
-                v[b_t.format(i=i)] = v[b_t.format(i=i)] * s
+                s, w, b = v[ls], w_t.format(i=i), b_t.format(i=i)
+                v[w] = v[w] * s
+                if b in v:  # absent when the writer has no bias (timm proj_bias=False)
+                    v[b] = v[b] * s
                 v[ls] = torch.ones_like(s)
     return v
 

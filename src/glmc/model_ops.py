@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from glmc.adapters import adapter_for
+from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.canonical import canonicalise, is_canonical
 from glmc.symmetry.transform import Transform
 
@@ -22,11 +22,21 @@ def canonical_model(model):
     return adapter.from_canonical(view, model)
 
 
+def refuse_unsupported(arch, classes) -> None:
+    """Raise UnsupportedModel if any of `classes` (class names, or group names like "qk" for qk.{i}) is one the
+    model's adapter declared not exact for it (arch.unsupported)."""
+    bad = {c: arch.unsupported[c] for c in classes if c in arch.unsupported}
+    if bad:
+        raise UnsupportedModel("; ".join(f"class {c!r} is not exact for this {arch.family} model: {why}"
+                                         for c, why in bad.items()))
+
+
 def transform_model(model, transform: Transform, canonicalise_first: bool = True):
     """A new native model: `transform` applied to `model` (canonicalised first when the transform touches the
     residual stream, which needs it)."""
     adapter = adapter_for(model)
     arch = adapter.arch(model)
+    refuse_unsupported(arch, {name.split(".")[0] for name in transform.elements})
     view = adapter.to_canonical(model)
     if "residual" in transform:
         if canonicalise_first:
@@ -39,7 +49,11 @@ def transform_model(model, transform: Transform, canonicalise_first: bool = True
 @torch.no_grad()
 def logits(model, inputs: torch.Tensor) -> torch.Tensor:
     out = model(inputs) if not _is_hf(model) else model(**_hf_inputs(model, inputs))
-    return (out.logits if hasattr(out, "logits") else out).float()
+    if hasattr(out, "logits"):
+        out = out.logits
+    elif hasattr(out, "pooler_output"):  # HF ViTModel: the pooled output is its invariant output
+        out = out.pooler_output
+    return out.float()
 
 
 def _is_hf(model) -> bool:
@@ -56,5 +70,6 @@ def widen_model(model, d_model: int, n_head: int | None = None, d_mlp: int | Non
     from glmc.widen import widen
 
     view, adapter = canonical_view(model)
+    refuse_unsupported(adapter.arch(model), ["rectangular"])
     wide, eps = widen(view, adapter.arch(model), d_model, n_head, d_mlp, o)
     return adapter.from_canonical(wide, model, ln_eps=eps)

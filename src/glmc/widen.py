@@ -54,9 +54,10 @@ def embed_residual(view: dict, arch: Arch, o: torch.Tensor) -> dict:
         v[k] = lm.act(v[k], -1, "co") / c
     for k in _keys(READERS, arch.n_layer, view):
         v[k] = lm.act(v[k], -1, "contra") * c
-    for k in _keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w"], arch.n_layer, view):
+    for k in _keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w", "blocks.{i}.ls1", "blocks.{i}.ls2"],
+                   arch.n_layer, view):
         if not torch.all(v[k] == 1):
-            raise ValueError("embed a canonical view: LayerNorm gains must be folded first")
+            raise ValueError("embed a canonical view: LayerNorm gains and LayerScale must be folded first")
         v[k] = torch.ones(m, dtype=v[k].dtype)
     return v
 
@@ -74,10 +75,11 @@ def pad_heads(view: dict, arch: Arch, n_head: int, d_head: int) -> dict:
         for p in "qkvo":
             k = f"blocks.{i}.attn.{p}.w"
             v[k] = dim_pad.act(v[k], 1, "copy")
-            if p != "o":
+            if p != "o" and k[:-1] + "b" in v:  # q/k/v biases are absent with qkv_bias=False
                 v[k[:-1] + "b"] = dim_pad.act(v[k[:-1] + "b"], 1, "copy")
         v[f"blocks.{i}.attn.q.w"] = v[f"blocks.{i}.attn.q.w"] * scale
-        v[f"blocks.{i}.attn.q.b"] = v[f"blocks.{i}.attn.q.b"] * scale
+        if f"blocks.{i}.attn.q.b" in v:
+            v[f"blocks.{i}.attn.q.b"] = v[f"blocks.{i}.attn.q.b"] * scale
     return v
 
 

@@ -13,12 +13,15 @@ The canonical view is a flat dict of float tensors with role names. Row-vector c
   blocks.{i}.mlp.out.w [n, d], .out.b [d]                            — writer
   ln_final.w/.b [d]        final LayerNorm
   head.w [V or classes, d], head.b                                    — reader (LM head / classifier)
-Every symmetry in glmc/symmetry/spec.py is written against these names.
+Every symmetry in glmc/symmetry/spec.py is written against these names. A bias the model does not have (e.g.
+qkv_bias=False) is simply absent. An adapter may add family-specific keys outside this list (timm's
+blocks.{i}.attn.q_norm.w/.b); no symmetry touches them, so the adapter must list in Arch.unsupported every
+class that would have to.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -38,6 +41,9 @@ class Arch:
     d_mlp: int
     activation: str
     ln_eps: float
+    # symmetry class -> why it is not exact for this model (e.g. "qk" under timm's qk_norm); exact_classes,
+    # random_full_transform, transform_model, widen_model and verify all honour it
+    unsupported: dict[str, str] = field(default_factory=dict)
 
     @property
     def relu(self) -> bool:
@@ -81,6 +87,16 @@ def heads_to_columns(w: torch.Tensor) -> torch.Tensor:
     """[H, d_head, d_in] → [d_in, H·d_head]."""
     h, dh, d_in = w.shape
     return w.reshape(h * dh, d_in).T
+
+
+def patch_from_conv(w: torch.Tensor) -> torch.Tensor:
+    """Patch-embedding conv weight [d, C, p, p] → canonical patch.w [C·p·p, d] (pixel side untouched)."""
+    return w.reshape(w.shape[0], -1).T.clone()
+
+
+def patch_to_conv(w: torch.Tensor, in_channels: int, kernel_size) -> torch.Tensor:
+    """Canonical patch.w [C·p·p, d] → conv weight [d, C, p, p]."""
+    return w.T.reshape(w.shape[1], in_channels, *kernel_size)
 
 
 def copy_view(view: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -31,6 +31,8 @@ def command(model_dir, tol, seed, classes):
     click.echo(f"{'class':<20}{'max |Δlogits|':>15}{'|Δloss|':>12}{'seconds':>9}  ok")
     for c in checks:
         click.echo(f"{c.name:<20}{c.max_dlogits:>15.2e}{c.dloss:>12.2e}{c.seconds:>9.2f}  {'yes' if c.ok else 'NO'}")
+    for name, why in arch.unsupported.items():
+        click.echo(f"{name:<20}{'skipped':>15}  not exact for this model: {why}")
     bad = [c.name for c in checks if not c.ok]
     if bad:
         click.echo(f"FAILED (tolerance {tol:g}): {', '.join(bad)}", err=True)
