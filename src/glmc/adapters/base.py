@@ -76,6 +76,14 @@ class Adapter:
         layers, an untied head, a rescaled LayerNorm eps). `model` itself is not modified."""
         raise NotImplementedError
 
+    def is_tied(self, model) -> bool:
+        """Whether the output head shares its weights with the token embedding."""
+        return False
+
+    def untie(self, model):
+        """The same function with an untied head (needed to interpolate a tied with an untied model)."""
+        return model
+
 
 def heads_from_columns(w: torch.Tensor, n_head: int) -> torch.Tensor:
     """[d_in, H·d_head] (x·W layout) → [H, d_head, d_in]."""

@@ -67,7 +67,13 @@ class GPT2Adapter(Adapter):
         v["head.w"] = sd.get("lm_head.weight", sd["transformer.wte.weight"]).clone()
         return v
 
-    def from_canonical(self, view, model, ln_eps=None):
+    def is_tied(self, model) -> bool:
+        return bool(getattr(model.config, "tie_word_embeddings", True))
+
+    def untie(self, model):
+        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
+
+    def from_canonical(self, view, model, ln_eps=None, tie=None):
         from transformers import GPT2LMHeadModel
 
         h, dh, d = view["blocks.0.attn.q.w"].shape
@@ -78,7 +84,9 @@ class GPT2Adapter(Adapter):
             raise UnsupportedModel(f"GPT-2 needs n_head·d_head = n_embd, got {h}·{dh} != {d}")
         if ln_eps is not None:
             config.layer_norm_epsilon = ln_eps
+        # keep the head tied when the model was tied and the view still allows it, unless told otherwise
         tied = bool(getattr(config, "tie_word_embeddings", True)) and torch.equal(view["embed"], view["head.w"])
+        tied = tied if tie is None else (tie and torch.equal(view["embed"], view["head.w"]))
         config.tie_word_embeddings = tied
         sd = {"transformer.wte.weight": view["embed"], "transformer.wpe.weight": view["pos_embed"],
               "transformer.ln_f.weight": view["ln_final.w"], "transformer.ln_f.bias": view["ln_final.b"],

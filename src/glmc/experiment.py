@@ -1,0 +1,51 @@
+"""Barrier experiments: align with each method, evaluate the path on shared batches, tabulate.
+
+Result schema ("glmc.barrier/1"), as written by `glmc barrier --json`:
+  models: [path A, path B]; data: data spec; split; batch_size; n_batches; task; points
+  results: {method: {lambdas: [..], loss: [..], acc: [..],               # per-λ curve (λ=0 is A, λ=1 is B′)
+                     loss_barrier, loss_barrier_lambda, loss_barrier_mean,
+                     acc_drop, acc_drop_lambda, acc_drop_mean, loss_endpoints, acc_endpoints, loss_midpoint,
+                     align_seconds, curve_seconds, alignment: {method report}}}
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+
+from glmc.align import align
+from glmc.barrier import barrier_metrics, path_curve
+from glmc.io import atomic_path
+
+
+def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None) -> dict:
+    results = {}
+    for method in methods:
+        t0 = time.perf_counter()
+        al = align(model_a, model_b, method, data=ds, progress=progress, **(align_options or {}))
+        align_seconds = time.perf_counter() - t0
+        curve = path_curve([al.model_a, al.model_b], batches, ds.task, points, progress, label=method)
+        results[method] = {**curve, **barrier_metrics(curve), "align_seconds": align_seconds,
+                           "curve_seconds": curve.pop("seconds"), "alignment": al.report}
+    return {"task": ds.task, "points": points, "results": results}
+
+
+def format_table(result: dict) -> str:
+    rows = [f"{'method':<14}{'loss A':>9}{'loss B':>9}{'L(0.5)':>9}{'barrier':>10}{'(mean)':>9}"
+            f"{'acc drop':>10}{'align s':>9}{'curve s':>9}"]
+    for method, r in result["results"].items():
+        mid = r["loss_midpoint"]
+        rows.append(f"{method:<14}{r['loss_endpoints'][0]:>9.4f}{r['loss_endpoints'][1]:>9.4f}"
+                    f"{(mid if mid is not None else float('nan')):>9.4f}{r['loss_barrier']:>10.4f}"
+                    f"{r['loss_barrier_mean']:>9.4f}{100 * r['acc_drop']:>9.2f}%"
+                    f"{r['align_seconds']:>9.1f}{r['curve_seconds']:>9.1f}")
+    return "\n".join(rows)
+
+
+def write_csv(result: dict, path) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "lambda", "loss", "acc"])
+        for method, r in result["results"].items():
+            for lam, loss, acc in zip(r["lambdas"], r["loss"], r["acc"]):
+                w.writerow([method, f"{lam:.6g}", f"{loss:.8g}", f"{acc:.8g}"])

@@ -1,0 +1,36 @@
+"""Figures: loss (and accuracy) along the path per alignment method, in the style of the paper's Fig. 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glmc.io import atomic_path
+
+
+def plot_curves(curves: dict, path, title: str = "", show_acc: bool = True) -> Path:
+    """curves: method -> {"lambdas", "loss", "acc"}. Writes a PNG (or any format matplotlib knows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 2 if show_acc else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.8), squeeze=False)
+    for method, c in curves.items():
+        axes[0][0].plot(c["lambdas"], c["loss"], marker="o", ms=3, label=method)
+        if show_acc:
+            axes[0][1].plot(c["lambdas"], [100 * a for a in c["acc"]], marker="o", ms=3, label=method)
+    axes[0][0].set(xlabel="λ  (0 = model A, 1 = model B′)", ylabel="loss", title="loss along the path")
+    if show_acc:
+        axes[0][1].set(xlabel="λ", ylabel="accuracy (%)", title="accuracy along the path")
+    for ax in axes[0]:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
+    plt.close(fig)
+    return path
