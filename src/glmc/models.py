@@ -13,7 +13,10 @@ On-disk format of a model directory:
        "kwargs": {"img_size": 28, "patch_size": 7, "in_chans": 1, "num_classes": 10, "embed_dim": 128,
                   "depth": 4, "num_heads": 4, "mlp_ratio": 4.0, "act_layer": "gelu", ...}}
 
-  Rebuild with ``VisionTransformer(**kwargs)`` and ``load_state_dict(safetensors.torch.load_file(...))``.
+  Rebuild with ``VisionTransformer(**kwargs)`` and ``load_state_dict(safetensors.torch.load_file(...))``;
+  one key is glmc's, not timm's: ``"norm_eps": 5e-7`` (present only when not timm's 1e-6) stands for
+  ``norm_layer=functools.partial(timm.layers.LayerNorm, eps=5e-7)``, which JSON cannot hold (a wider model
+  embedded exactly by glmc rescales the LayerNorm eps).
 - optional, every family: ``glmc.json``, the training record written by ``glmc train`` (data spec,
   tokenizer, model and training configuration, metrics; see glmc/train.py), and tokenizer files for LMs.
 
@@ -90,7 +93,15 @@ def _build_timm_vit(image_size, patch, channels, num_classes, layers, width, hea
 def _timm_from_kwargs(kwargs: dict):
     from timm.models.vision_transformer import VisionTransformer
 
-    model = VisionTransformer(**kwargs)
+    native = dict(kwargs)
+    eps = native.pop("norm_eps", None)
+    if eps is not None:
+        import functools
+
+        from timm.layers import LayerNorm
+
+        native["norm_layer"] = functools.partial(LayerNorm, eps=eps)
+    model = VisionTransformer(**native)
     model.glmc_timm_kwargs = dict(kwargs)  # timm does not keep its constructor arguments; save_model needs them
     return model
 
@@ -171,11 +182,15 @@ def timm_kwargs(model) -> dict:
 
 
 def _infer_timm_kwargs(model) -> dict:
+    from glmc.adapters.timm_vit import activation_name
+
     b = model.blocks[0]
-    act = type(b.mlp.act).__name__.lower()
-    if act not in ("gelu", "relu"):
-        raise ValueError(f"cannot record timm activation {type(b.mlp.act).__name__}; set model.glmc_timm_kwargs")
-    return dict(img_size=list(model.patch_embed.img_size), patch_size=list(model.patch_embed.patch_size),
+    act = activation_name(b.mlp.act)
+    if act is None:
+        raise ValueError(f"cannot record timm activation {b.mlp.act!r}; set model.glmc_timm_kwargs")
+    eps = b.norm1.eps
+    extra = {"norm_eps": eps} if eps != 1e-6 else {}
+    return extra | dict(img_size=list(model.patch_embed.img_size), patch_size=list(model.patch_embed.patch_size),
                 in_chans=model.patch_embed.proj.in_channels, num_classes=model.num_classes,
                 embed_dim=model.embed_dim, depth=len(model.blocks), num_heads=b.attn.num_heads,
                 mlp_ratio=b.mlp.fc1.out_features / model.embed_dim, qkv_bias=b.attn.qkv.bias is not None,
@@ -183,7 +198,12 @@ def _infer_timm_kwargs(model) -> dict:
                 global_pool=model.global_pool, reg_tokens=model.num_reg_tokens, no_embed_class=model.no_embed_class,
                 pre_norm=not isinstance(model.norm_pre, torch.nn.Identity),
                 fc_norm=not isinstance(model.fc_norm, torch.nn.Identity),
-                init_values=1e-5 if hasattr(b.ls1, "gamma") else None, act_layer=act)
+                init_values=1e-5 if hasattr(b.ls1, "gamma") else None, act_layer=act,
+                proj_bias=b.attn.proj.bias is not None, pos_embed="learn" if model.pos_embed is not None else "none",
+                final_norm=not (isinstance(model.norm, torch.nn.Identity)
+                                and isinstance(model.fc_norm, torch.nn.Identity)),
+                pool_include_prefix=model.pool_include_prefix, dynamic_img_size=model.dynamic_img_size,
+                dynamic_img_pad=model.patch_embed.dynamic_img_pad)
 
 
 def _check_timm_kwargs(model, kwargs):

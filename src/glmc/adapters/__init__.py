@@ -2,8 +2,10 @@
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.gpt2 import GPT2Adapter
+from glmc.adapters.hf_vit import HFViTAdapter
+from glmc.adapters.timm_vit import TimmViTAdapter
 
-ADAPTERS: list[type[Adapter]] = [GPT2Adapter]
+ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter]
 
 
 def adapter_for(model) -> Adapter:

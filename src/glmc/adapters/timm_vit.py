@@ -1,0 +1,239 @@
+"""timm VisionTransformer ⇄ canonical view.
+
+Native layout (nn.Linear, weight [out, in]):
+  patch_embed.proj Conv2d(C, d, p, stride p) [d, C, p, p]; cls_token [1, 1, d]; reg_token [1, R, d];
+  pos_embed [1, L, d] (L = prefix tokens + patches, or patches only with no_embed_class)
+  blocks.{i}.norm1 / norm2 (LayerNorm); blocks.{i}.attn.qkv [3·H·d_head, d]: rows q | k | v, head-major in each;
+  blocks.{i}.attn.q_norm / k_norm (qk_norm: LayerNorm over d_head, shared by all heads);
+  blocks.{i}.attn.proj [d, H·d_head]; blocks.{i}.ls1.gamma / ls2.gamma (LayerScale, init_values);
+  blocks.{i}.mlp.fc1 [n, d], fc2 [d, n]; norm (final LayerNorm before pooling) or fc_norm (after pooling,
+  the default with global_pool='avg'); head [classes, d].
+Pooling: 'token' reads the class token; 'avg' averages tokens, which commutes with every residual map and
+keeps mean-centred streams mean-centred. Both are exact.
+qk_norm: q_norm / k_norm act per head after the projection. Residual maps, head permutations (the norm is
+shared by all heads), OV maps and MLP maps stay exact; per-head QK maps do not (they do not commute with the
+normalisation), nor does widening (zero-padding d_head changes the norm's statistics, and timm builds q_norm
+with the residual norm_layer, so the rescaled eps would reach it). Both are listed in Arch.unsupported. The
+q_norm / k_norm parameters travel in the view as blocks.{i}.attn.q_norm.w/.b and k_norm.w/.b, untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from glmc.adapters.base import Adapter, Arch, UnsupportedModel, patch_from_conv, patch_to_conv
+
+QK_NORM_UNSUPPORTED = {
+    "qk": "qk_norm normalises each head's queries and keys after the projection, so an invertible map on the "
+          "query/key dimension does not commute with it",
+    "rectangular": "widening zero-pads d_head, which changes qk_norm's per-head statistics, and timm builds "
+                   "q_norm/k_norm with the residual norm_layer, so the rescaled LayerNorm eps would reach them",
+}
+
+
+def activation_name(act: nn.Module) -> str | None:
+    """timm's name (get_act_layer) of an elementwise MLP activation, or None if not one glmc knows."""
+    from timm.layers.activations import GELU, GELUTanh, QuickGELU
+
+    if isinstance(act, nn.GELU):
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(act.approximate)
+    for cls, name in ((GELU, "gelu"), (GELUTanh, "gelu_tanh"), (QuickGELU, "quick_gelu"), (nn.ReLU, "relu"),
+                      (nn.SiLU, "silu")):
+        if type(act) is cls:
+            return name
+    return None
+
+
+def _is_ln(m: nn.Module) -> bool:
+    return isinstance(m, nn.LayerNorm) and m.weight is not None and m.bias is not None and len(m.normalized_shape) == 1
+
+
+def final_norm_key(model) -> str:
+    """'norm' or 'fc_norm': whichever of timm's two final norms is the LayerNorm."""
+    return "norm" if _is_ln(model.norm) else "fc_norm"
+
+
+class TimmViTAdapter(Adapter):
+    family = "timm-vit"
+
+    @staticmethod
+    def matches(model) -> bool:
+        return type(model).__name__ == "VisionTransformer" and type(model).__module__.startswith("timm.")
+
+    def check_supported(self, model) -> None:
+        from timm.layers import Attention, LayerScale, Mlp, PatchEmbed
+        from timm.models.vision_transformer import Block
+
+        def refuse(msg):
+            raise UnsupportedModel(f"timm VisionTransformer with {msg}")
+
+        if model.global_pool not in ("token", "avg") or model.attn_pool is not None:
+            refuse(f"global_pool={model.global_pool!r}: only 'token' and 'avg' pooling commute with residual maps "
+                   "('max'/'avgmax' do not; 'map'/'prr' attention pooling and '' per-token output are not handled)")
+        if not isinstance(model.head, nn.Linear):
+            refuse("num_classes=0 (no head): its output is the residual stream itself, which residual maps rotate")
+        pe = model.patch_embed
+        if type(pe) is not PatchEmbed or not isinstance(pe.norm, nn.Identity):
+            refuse(f"patch embedding {type(pe).__name__} / embed_norm_layer: only a plain PatchEmbed conv is handled")
+        conv = pe.proj
+        if (not isinstance(conv, nn.Conv2d) or conv.bias is None or tuple(conv.stride) != tuple(conv.kernel_size)
+                or any(conv.padding) or conv.groups != 1 or any(x != 1 for x in conv.dilation)):
+            refuse("a patch conv that is not kernel=stride, unpadded, with bias (pre_norm=True drops the bias)")
+        if not isinstance(model.norm_pre, nn.Identity):
+            refuse("pre_norm=True: a LayerNorm on the residual stream itself, whose gain does not commute with "
+                   "residual maps")
+        norms = [_is_ln(model.norm), _is_ln(model.fc_norm)]
+        other = [not _is_ln(m) and not isinstance(m, nn.Identity) for m in (model.norm, model.fc_norm)]
+        if any(other):
+            refuse("a final norm that is not a LayerNorm with weight and bias (e.g. RmsNorm)")
+        if all(norms):
+            refuse("both norm and fc_norm LayerNorms: glmc has one final-norm role")
+        if not any(norms):
+            refuse("final_norm=False: the head reads the raw residual stream, so mean-centring would change it")
+        eps = {getattr(model, final_norm_key(model)).eps}
+        d = model.embed_dim
+        for i, blk in enumerate(model.blocks):
+            where = f"block {i}: "
+            if type(blk) is not Block:
+                refuse(where + f"block_fn {type(blk).__name__} (only the pre-norm Block is handled)")
+            a = blk.attn
+            if type(a) is not Attention:
+                refuse(where + f"attention {type(a).__name__} (only timm.layers.Attention is handled)")
+            if not isinstance(a.norm, nn.Identity):
+                refuse(where + "scale_attn_norm=True: a norm across heads' outputs breaks head and OV maps")
+            if getattr(a, "gate", None) is not None:
+                refuse(where + "gated attention")
+            if a.num_heads * a.head_dim != d or a.proj.in_features != d:
+                refuse(where + "num_heads·head_dim != embed_dim")
+            qn = [isinstance(a.q_norm, nn.Identity), isinstance(a.k_norm, nn.Identity)]
+            if qn[0] != qn[1] or (not qn[0] and not (_is_ln(a.q_norm) and _is_ln(a.k_norm))):
+                refuse(where + "a q_norm/k_norm that is not a pair of LayerNorms")
+            if type(blk.mlp) is not Mlp or not isinstance(blk.mlp.norm, nn.Identity):
+                refuse(where + f"MLP {type(blk.mlp).__name__} with norm {type(blk.mlp.norm).__name__} "
+                       "(only the plain two-layer Mlp is handled; gated MLPs and scale_mlp_norm are not)")
+            if (blk.mlp.fc1.bias is None) != (blk.mlp.fc2.bias is None) or (a.proj.bias is None) != (
+                    blk.mlp.fc2.bias is None):
+                refuse(where + "a mix of present and missing projection biases")
+            if activation_name(blk.mlp.act) is None:
+                refuse(where + f"activation {blk.mlp.act!r}: not an elementwise function glmc knows")
+            for ls in (blk.ls1, blk.ls2):
+                if not isinstance(ls, (nn.Identity, LayerScale)):
+                    refuse(where + f"layer scale {type(ls).__name__}")
+            for n in (blk.norm1, blk.norm2):
+                if not _is_ln(n):
+                    refuse(where + f"norm layer {type(n).__name__}: only LayerNorm with weight and bias is handled")
+                eps.add(n.eps)
+        if len(eps) > 1:
+            refuse(f"different LayerNorm eps across the residual norms ({sorted(eps)})")
+        if len({activation_name(b.mlp.act) for b in model.blocks}) > 1:
+            refuse("different activations across blocks")
+
+    def arch(self, model) -> Arch:
+        b = model.blocks[0]
+        qk_norm = not isinstance(b.attn.q_norm, nn.Identity)
+        return Arch("timm-vit", "cls", len(model.blocks), model.embed_dim, b.attn.num_heads, b.attn.head_dim,
+                    b.mlp.fc1.out_features, activation_name(b.mlp.act), b.norm1.eps,
+                    dict(QK_NORM_UNSUPPORTED) if qk_norm else {})
+
+    def to_canonical(self, model) -> dict[str, torch.Tensor]:
+        self.check_supported(model)
+        sd = {k: t.detach() for k, t in model.state_dict().items()}
+        h = model.blocks[0].attn.num_heads
+        v = {"patch.w": patch_from_conv(sd["patch_embed.proj.weight"]), "patch.b": sd["patch_embed.proj.bias"].clone()}
+        if "cls_token" in sd:
+            v["cls"] = sd["cls_token"][0].clone()
+        if "reg_token" in sd:
+            v["registers"] = sd["reg_token"][0].clone()
+        if "pos_embed" in sd:
+            v["pos_embed"] = sd["pos_embed"][0].clone()
+        for i in range(len(model.blocks)):
+            n, b = f"blocks.{i}.", f"blocks.{i}."
+            w = sd[n + "attn.qkv.weight"]  # [3·H·d_head, d]
+            w = w.reshape(3, h, -1, w.shape[-1])
+            bias = sd.get(n + "attn.qkv.bias")
+            for j, name in enumerate("qkv"):
+                v[b + f"attn.{name}.w"] = w[j].clone()
+                if bias is not None:
+                    v[b + f"attn.{name}.b"] = bias.reshape(3, h, -1)[j].clone()
+            for qn in ("q_norm", "k_norm"):
+                if n + f"attn.{qn}.weight" in sd:
+                    v[b + f"attn.{qn}.w"] = sd[n + f"attn.{qn}.weight"].clone()
+                    v[b + f"attn.{qn}.b"] = sd[n + f"attn.{qn}.bias"].clone()
+            wo = sd[n + "attn.proj.weight"]  # [d, H·d_head]
+            v[b + "attn.o.w"] = wo.T.reshape(h, -1, wo.shape[0]).clone()
+            v[b + "mlp.in.w"] = sd[n + "mlp.fc1.weight"].clone()
+            v[b + "mlp.out.w"] = sd[n + "mlp.fc2.weight"].T.clone()
+            for role, native in (("attn.o.b", "attn.proj.bias"), ("mlp.in.b", "mlp.fc1.bias"),
+                                 ("mlp.out.b", "mlp.fc2.bias")):
+                if n + native in sd:
+                    v[b + role] = sd[n + native].clone()
+            for ls in ("ls1", "ls2"):
+                if n + f"{ls}.gamma" in sd:
+                    v[b + ls] = sd[n + f"{ls}.gamma"].clone()
+            for ln, native in (("ln1", "norm1"), ("ln2", "norm2")):
+                v[b + f"{ln}.w"] = sd[n + f"{native}.weight"].clone()
+                v[b + f"{ln}.b"] = sd[n + f"{native}.bias"].clone()
+        fn = final_norm_key(model)
+        v["ln_final.w"] = sd[fn + ".weight"].clone()
+        v["ln_final.b"] = sd[fn + ".bias"].clone()
+        v["head.w"] = sd["head.weight"].clone()
+        v["head.b"] = sd["head.bias"].clone()
+        return v
+
+    def from_canonical(self, view, model, ln_eps=None):
+        from glmc.models import _timm_from_kwargs, timm_kwargs
+
+        self.check_supported(model)
+        arch = self.arch(model)
+        h, dh, d = view["blocks.0.attn.q.w"].shape
+        n = view["blocks.0.mlp.in.w"].shape[0]
+        if dh * h != d:
+            raise UnsupportedModel(f"timm ViT derives head_dim = embed_dim // num_heads; got {h}·{dh} != {d}")
+        qk_norm = "blocks.0.attn.q_norm.w" in view
+        if qk_norm and (dh != arch.d_head or (ln_eps is not None and ln_eps != arch.ln_eps)):
+            raise UnsupportedModel("timm qk_norm: " + QK_NORM_UNSUPPORTED["rectangular"])
+        kwargs = dict(timm_kwargs(model))
+        kwargs.update(embed_dim=d, num_heads=h, num_classes=view["head.w"].shape[0],
+                      qkv_bias="blocks.0.attn.q.b" in view)
+        kwargs["mlp_ratio"] = n / d if int(d * (n / d)) == n else (n + 0.5) / d  # timm: hidden = int(d·ratio)
+        eps = arch.ln_eps if ln_eps is None else ln_eps
+        kwargs.pop("norm_eps", None)
+        if eps != 1e-6:  # timm's LayerNorm default
+            kwargs["norm_eps"] = eps
+        with torch.device("meta"):
+            new = _timm_from_kwargs(kwargs)
+        new = new.to_empty(device=view["patch.w"].device)
+
+        conv = model.patch_embed.proj
+        sd = {"patch_embed.proj.weight": patch_to_conv(view["patch.w"], conv.in_channels, conv.kernel_size),
+              "patch_embed.proj.bias": view["patch.b"]}
+        for role, native in (("cls", "cls_token"), ("registers", "reg_token"), ("pos_embed", "pos_embed")):
+            if role in view:
+                sd[native] = view[role][None]
+        fn = final_norm_key(model)
+        sd.update({f"{fn}.weight": view["ln_final.w"], f"{fn}.bias": view["ln_final.b"],
+                   "head.weight": view["head.w"], "head.bias": view["head.b"]})
+        for i in range(len(new.blocks)):
+            p = b = f"blocks.{i}."
+            sd[p + "attn.qkv.weight"] = torch.cat([view[b + f"attn.{x}.w"].reshape(h * dh, d) for x in "qkv"])
+            if b + "attn.q.b" in view:
+                sd[p + "attn.qkv.bias"] = torch.cat([view[b + f"attn.{x}.b"].reshape(h * dh) for x in "qkv"])
+            for qn in ("q_norm", "k_norm"):
+                if b + f"attn.{qn}.w" in view:
+                    sd[p + f"attn.{qn}.weight"] = view[b + f"attn.{qn}.w"]
+                    sd[p + f"attn.{qn}.bias"] = view[b + f"attn.{qn}.b"]
+            sd[p + "attn.proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
+            sd[p + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
+            sd[p + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
+            for role, native in (("attn.o.b", "attn.proj.bias"), ("mlp.in.b", "mlp.fc1.bias"),
+                                 ("mlp.out.b", "mlp.fc2.bias"), ("ls1", "ls1.gamma"), ("ls2", "ls2.gamma")):
+                if b + role in view:
+                    sd[p + native] = view[b + role]
+            for ln, native in (("ln1", "norm1"), ("ln2", "norm2")):
+                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
+                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
+        missing, unexpected = new.load_state_dict({k: t.contiguous() for k, t in sd.items()}, strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"timm ViT rebuild mismatch: missing {missing}, unexpected {unexpected}")
+        return new.eval()
