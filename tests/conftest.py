@@ -34,3 +34,27 @@ def tiny_gpt2(n_layer=2, n_embd=32, n_head=4, n_inner=None, activation="gelu_new
 @pytest.fixture
 def shared_dir():
     return SHARED
+
+
+def run_cli(*args):
+    """Runs the real `glmc` CLI in-process; fails the test with its output if it exits non-zero."""
+    from click.testing import CliRunner
+
+    from glmc.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+TINY_GPT2 = ["--layers", 2, "--width", 48, "--heads", 4, "--mlp", 192, "--context", 64, "--steps", 150,
+             "--batch-size", 32, "--eval-every", 75, "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def gpt2_pair(tmp_path_factory):
+    """Two GPT-2s trained by `glmc train` on the built-in Shakespeare text, seeds 0 and 1 (tiny budget)."""
+    root = tmp_path_factory.mktemp("gpt2-pair")
+    for seed in (0, 1):
+        run_cli("train", "gpt2", "--data", "shakespeare", "--seed", seed, "--out", root / f"s{seed}", *TINY_GPT2)
+    return root / "s0", root / "s1"

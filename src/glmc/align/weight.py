@@ -1,0 +1,209 @@
+"""Weight matching (data-free), in the native architecture.
+
+Minimises the weight distance Σ_t ‖A_t − π(B)_t‖² over the symmetry group, alternating:
+  1. residual map O given the inner maps: orthogonal Procrustes over every residual-touching tensor (rows
+     stacked, residual axis last), restricted to maps that fix the all-ones direction: with U a basis of 1^⊥,
+     O = 11ᵀ/d + U·R·Uᵀ and R = polar(Uᵀ·M·U), M = Σ_t π_inner(B_t)ᵀ·A_t. (`residual="permutation"`: linear
+     assignment on M.) The first O uses only the embeddings and the output head, as nothing inside is matched.
+  2. per layer, given O: heads by linear assignment on ⟨QK_A,h, QK_B,j⟩ + ⟨OV_A,h, OV_B,j⟩ with bias-augmented
+     circuits, computed from d_head×d_head Gram blocks (⟨XᵀY, X′ᵀY′⟩ = Σ (X·X′ᵀ) ⊙ (Y·Y′ᵀ)), never d×d;
+  3. per head, invertible maps that bring B's factors onto A's: with C = Aᵀ acting as q ↦ C·q, k ↦ C^-T·k
+     (likewise D = Bᵀ on v and o), minimise ‖C·Q_B − Q_A‖²/‖Q_A‖² + ‖C^-T·K_B − K_A‖²/‖K_A‖². Solver: the best
+     of three closed-form starts (orthogonal Procrustes on [Q K] stacked; least squares on Q alone; on K alone),
+     then L-BFGS in GL(d_head) (float64); a refined map is kept only if it lowers the objective and its
+     condition number stays below 1e4;
+  4. per layer, MLP units by linear assignment on ⟨W_in⟩ + b_in·b_in′ + ⟨W_out⟩.
+Stops when the relative distance no longer improves by 1e-6, or after `iterations`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from tqdm.auto import tqdm
+
+from glmc.align.common import canonical_pair, finish, residual_keys, view_distance
+from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
+from glmc.symmetry.transform import Transform
+
+INIT_KEYS = ("embed", "pos_embed", "patch.w", "patch.b", "cls", "registers", "head.w")
+
+
+# --- step 1: residual -----------------------------------------------------------------------------------------
+
+def residual_cross(view_a: dict, view_b: dict, keys) -> torch.Tensor:
+    """M = Σ_t B_tᵀ·A_t (d×d) over the given residual-touching tensors."""
+    d = view_a[keys[0]].shape[-1]
+    m = torch.zeros(d, d, dtype=torch.float64)
+    for k in keys:
+        a, b = view_a[k].double().reshape(-1, d), view_b[k].double().reshape(-1, d)
+        m += b.T @ a
+    return m
+
+
+def solve_residual(m: torch.Tensor, kind: str = "orthogonal"):
+    d = m.shape[0]
+    if kind == "permutation":
+        rows, cols = linear_sum_assignment(m.numpy(), maximize=True)
+        src = torch.empty(d, dtype=torch.long)
+        src[torch.as_tensor(cols)] = torch.as_tensor(rows)
+        return IndexMap(src, None, d)
+    u = ones_complement_basis(d)
+    p, _, qt = torch.linalg.svd(u.T @ m @ u)
+    return LinearMap(torch.full((d, d), 1.0 / d, dtype=torch.float64) + u @ (p @ qt) @ u.T)
+
+
+# --- step 2: heads --------------------------------------------------------------------------------------------
+
+def _aug(w, b):
+    """Bias-augmented per-head factor [H, d_head, d+1]."""
+    return torch.cat([w.double(), b.double().unsqueeze(-1)], -1)
+
+
+def head_factors(view: dict, i: int):
+    p = f"blocks.{i}.attn."
+    q, k = _aug(view[p + "q.w"], view[p + "q.b"]), _aug(view[p + "k.w"], view[p + "k.b"])
+    v = _aug(view[p + "v.w"], view[p + "v.b"])
+    o = torch.cat([view[p + "o.w"].double(), torch.zeros_like(view[p + "o.w"][..., :1]).double()], -1)
+    return q, k, v, o
+
+
+def circuit_similarity(x_a, y_a, x_b, y_b) -> torch.Tensor:
+    """S[h, j] = ⟨X_a,hᵀ·Y_a,h, X_b,jᵀ·Y_b,j⟩ without forming the d×d circuits."""
+    gx = torch.einsum("hpd,jqd->hjpq", x_a, x_b)
+    gy = torch.einsum("hpd,jqd->hjpq", y_a, y_b)
+    return (gx * gy).sum((-1, -2))
+
+
+def match_heads(fa, fb) -> IndexMap:
+    qa, ka, va, oa = fa
+    qb, kb, vb, ob = fb
+    s = circuit_similarity(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)
+    return _assignment(s)
+
+
+def _assignment(s: torch.Tensor) -> IndexMap:
+    """src[h] = j: B's unit j goes to position h, maximising Σ_h s[h, src[h]]."""
+    rows, cols = linear_sum_assignment(s.numpy(), maximize=True)
+    src = torch.empty(s.shape[0], dtype=torch.long)
+    src[torch.as_tensor(rows)] = torch.as_tensor(cols)
+    return IndexMap(src, None, s.shape[1])
+
+
+# --- step 3: per-head invertible maps -------------------------------------------------------------------------
+
+def _factor_loss(c, xa, xb, ya, yb):
+    fit_x = (c @ xb - xa).pow(2).sum((-1, -2)) / xa.pow(2).sum((-1, -2)).clamp_min(1e-30)
+    fit_y = (torch.linalg.solve(c.transpose(-1, -2), yb) - ya).pow(2).sum((-1, -2)) / ya.pow(2).sum((-1, -2)).clamp_min(1e-30)
+    return fit_x + fit_y  # per head
+
+
+def _starts(xa, xb, ya, yb) -> list[torch.Tensor]:
+    """Closed-form candidates: orthogonal Procrustes on [X Y]; least squares on X alone; on Y alone
+    (C^-T·Y_B = Y_A ⇒ C = (Y_A·Y_B⁺)^-T). In an exact symmetry the least-squares ones are exact."""
+    p, _, qt = torch.linalg.svd(xa @ xb.transpose(-1, -2) + ya @ yb.transpose(-1, -2))
+    out = [p @ qt, xa @ torch.linalg.pinv(xb)]
+    ky = ya @ torch.linalg.pinv(yb)
+    if bool((torch.linalg.matrix_rank(ky) == ky.shape[-1]).all()):
+        out.append(torch.linalg.inv(ky).transpose(-1, -2))
+    return out
+
+
+def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> torch.Tensor:
+    """C [H, k, k] with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A (see the module docstring)."""
+    starts = _starts(xa, xb, ya, yb)
+    best, best_loss = starts[0], _factor_loss(starts[0], xa, xb, ya, yb)
+    for s in starts[1:]:
+        ok = torch.isfinite(s).all((-1, -2)) & (torch.linalg.cond(s) < max_cond)
+        loss = torch.where(ok, _factor_loss(torch.where(ok[:, None, None], s, best), xa, xb, ya, yb), best_loss)
+        better = loss < best_loss
+        best, best_loss = torch.where(better[:, None, None], s, best), torch.where(better, loss, best_loss)
+    c = best.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([c], lr=1, max_iter=steps, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
+                            tolerance_change=1e-15)
+
+    def closure():
+        opt.zero_grad()
+        loss = _factor_loss(c, xa, xb, ya, yb).sum()
+        loss.backward()
+        return loss
+
+    try:
+        opt.step(closure)
+    except (torch.linalg.LinAlgError, RuntimeError):
+        return best
+    refined = c.detach()
+    ok = torch.isfinite(refined).all((-1, -2)) & (torch.linalg.cond(refined) < max_cond)
+    ok &= _factor_loss(torch.where(ok[:, None, None], refined, best), xa, xb, ya, yb) < best_loss
+    return torch.where(ok[:, None, None], refined, best)
+
+
+# --- step 4: MLP units ----------------------------------------------------------------------------------------
+
+def match_mlp(view_a, view_b, i) -> IndexMap:
+    p = f"blocks.{i}.mlp."
+    s = (view_a[p + "in.w"].double() @ view_b[p + "in.w"].double().T
+         + torch.outer(view_a[p + "in.b"].double(), view_b[p + "in.b"].double())
+         + view_a[p + "out.w"].double() @ view_b[p + "out.w"].double().T)
+    return _assignment(s)
+
+
+# --- the alternation ------------------------------------------------------------------------------------------
+
+def match_inner(view_a, rotated_b, arch, head_maps: bool = True) -> Transform:
+    t = Transform()
+    for i in range(arch.n_layer):
+        fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
+        perm = match_heads(fa, fb)
+        t.elements[f"heads.{i}"] = perm
+        if head_maps:
+            qb, kb, vb, ob = (f[perm.src] for f in fb)
+            qa, ka, va, oa = fa
+            t.elements[f"qk.{i}"] = LinearMap(fit_factor_map(qa, qb, ka, kb).transpose(-1, -2).float())
+            t.elements[f"ov.{i}"] = LinearMap(fit_factor_map(va, vb, oa, ob).transpose(-1, -2).float())
+        t.elements[f"mlp.{i}"] = match_mlp(view_a, rotated_b, i)
+    return t
+
+
+def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = "orthogonal",
+                    head_maps: bool = True, progress: bool = True, log=None):
+    """(Transform π with π(B) ≈ A, per-iteration log)."""
+    log = [] if log is None else log
+    keys_all = residual_keys(view_a, arch.n_layer)
+    init = [k for k in keys_all if k in INIT_KEYS]
+    t0 = time.perf_counter()
+    res = solve_residual(residual_cross(view_a, view_b, init), residual)
+    best, best_dist = None, view_distance(view_a, view_b)
+    log.append({"step": "start", "distance": best_dist})
+    bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
+    for it in bar:
+        t1 = time.perf_counter()
+        rotated = Transform({"residual": res}).apply(view_b, arch.n_layer)
+        inner = match_inner(view_a, rotated, arch, head_maps)
+        t2 = time.perf_counter()
+        moved_inner = inner.apply(view_b, arch.n_layer)
+        res = solve_residual(residual_cross(view_a, moved_inner, keys_all), residual)
+        t3 = time.perf_counter()
+        full = Transform({"residual": res, **inner.elements})
+        dist = view_distance(view_a, full.apply(view_b, arch.n_layer))
+        log.append({"step": it + 1, "distance": dist, "inner_seconds": t2 - t1, "residual_seconds": t3 - t2})
+        bar.set_postfix(distance=f"{dist:.4f}")
+        if best is not None and dist >= best_dist - 1e-6 * best_dist:
+            if dist < best_dist:
+                best, best_dist = full, dist
+            break
+        best, best_dist = full, dist
+    log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": best_dist})
+    return best, log
+
+
+def align(model_a, model_b, iterations: int = 15, residual: str = "orthogonal", head_maps: bool = True,
+          progress: bool = True, **_):
+    adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress)
+    report = {"method": "weight", "residual": residual, "head_maps": head_maps, "iterations": log,
+              "transform": t.describe()}
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
