@@ -76,6 +76,12 @@ class Adapter:
         layers, an untied head, a rescaled LayerNorm eps). `model` itself is not modified."""
         raise NotImplementedError
 
+    def hook_modules(self, model) -> dict:
+        """Modules whose activations activation matching reads: "blocks.{i}" (output: the residual stream after
+        block i), "blocks.{i}.attn.o" and "blocks.{i}.mlp.out" (inputs: per-head outputs concatenated, MLP hidden
+        units)."""
+        raise NotImplementedError(f"{self.family} adapter exposes no activation hooks")
+
     def is_tied(self, model) -> bool:
         """Whether the output head shares its weights with the token embedding."""
         return False

@@ -67,6 +67,13 @@ class GPT2Adapter(Adapter):
         v["head.w"] = sd.get("lm_head.weight", sd["transformer.wte.weight"]).clone()
         return v
 
+    def hook_modules(self, model) -> dict:
+        out = {}
+        for i, block in enumerate(model.transformer.h):
+            out.update({f"blocks.{i}": block, f"blocks.{i}.attn.o": block.attn.c_proj,
+                        f"blocks.{i}.mlp.out": block.mlp.c_proj})
+        return out
+
     def is_tied(self, model) -> bool:
         return bool(getattr(model.config, "tie_word_embeddings", True))
 

@@ -97,6 +97,14 @@ class HFViTAdapter(Adapter):
         v["head.b"] = sd[_head_key(model) + ".bias"].clone()
         return v
 
+    def hook_modules(self, model) -> dict:
+        base = model.vit if hasattr(model, "vit") else model
+        out = {}
+        for i, layer in enumerate(base.layers):
+            out.update({f"blocks.{i}": layer, f"blocks.{i}.attn.o": layer.attention.o_proj,
+                        f"blocks.{i}.mlp.out": layer.mlp.fc2})
+        return out
+
     def from_canonical(self, view, model, ln_eps=None):
         import transformers
 

@@ -181,6 +181,13 @@ class TimmViTAdapter(Adapter):
         v["head.b"] = sd["head.bias"].clone()
         return v
 
+    def hook_modules(self, model) -> dict:
+        out = {}
+        for i, block in enumerate(model.blocks):
+            out.update({f"blocks.{i}": block, f"blocks.{i}.attn.o": block.attn.proj,
+                        f"blocks.{i}.mlp.out": block.mlp.fc2})
+        return out
+
     def from_canonical(self, view, model, ln_eps=None):
         from glmc.models import _timm_from_kwargs, timm_kwargs
 

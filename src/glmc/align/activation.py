@@ -1,0 +1,106 @@
+"""Activation matching (correlation baseline, after Verma & Elbayad 2024), in the native architecture.
+
+Both models are canonicalised, run on the same training batches, and matched by Pearson correlation:
+  residual   one global permutation from the residual stream after every block (correlations summed);
+  heads      per layer, heads by linear assignment on the best within-head matching of per-head outputs
+             (the value side, z_h = softmax(·)·V_h), and the dimensions inside each head by that matching
+             (an OV map that is a permutation);
+  MLP units  per layer, linear assignment on the hidden activations' correlations.
+Everything found is an exact symmetry, so B′ keeps B's function.
+"""
+
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+from glmc.align.common import canonical_pair, finish
+from glmc.align.weight import _assignment
+from glmc.evaluate import forward_logits
+from glmc.symmetry.groups import IndexMap, LinearMap
+from glmc.symmetry.transform import Transform
+
+
+class Correlation:
+    """Running Pearson correlation between two feature sets (rows are samples)."""
+
+    def __init__(self):
+        self.n, self.sx, self.sy, self.sxx, self.syy, self.sxy = 0, 0, 0, 0, 0, 0
+
+    def add(self, x: torch.Tensor, y: torch.Tensor):
+        x, y = x.reshape(-1, x.shape[-1]).double().cpu(), y.reshape(-1, y.shape[-1]).double().cpu()
+        self.n += x.shape[0]
+        self.sx, self.sy = self.sx + x.sum(0), self.sy + y.sum(0)
+        self.sxx, self.syy = self.sxx + (x * x).sum(0), self.syy + (y * y).sum(0)
+        self.sxy = self.sxy + x.T @ y
+
+    def value(self) -> torch.Tensor:
+        mx, my = self.sx / self.n, self.sy / self.n
+        cov = self.sxy / self.n - torch.outer(mx, my)
+        sdx = (self.sxx / self.n - mx * mx).clamp_min(1e-12).sqrt()
+        sdy = (self.syy / self.n - my * my).clamp_min(1e-12).sqrt()
+        return cov / torch.outer(sdx, sdy)
+
+
+def _record(adapter, model, store: dict):
+    hooks = []
+    for name, module in adapter.hook_modules(model).items():
+        if name.endswith((".attn.o", ".mlp.out")):
+            hooks.append(module.register_forward_pre_hook(lambda m, args, n=name: store.__setitem__(n, args[0])))
+        else:
+            hooks.append(module.register_forward_hook(
+                lambda m, args, out, n=name: store.__setitem__(n, out[0] if isinstance(out, tuple) else out)))
+    return hooks
+
+
+@torch.no_grad()
+def correlations(adapter, model_a, model_b, batches) -> dict[str, Correlation]:
+    acts_a, acts_b, corr = {}, {}, {}
+    hooks = _record(adapter, model_a, acts_a) + _record(adapter, model_b, acts_b)
+    try:
+        for batch in batches:
+            forward_logits(model_a, {k: v.to(next(model_a.parameters()).device) for k, v in batch.items()})
+            forward_logits(model_b, {k: v.to(next(model_b.parameters()).device) for k, v in batch.items()})
+            for name in acts_a:
+                corr.setdefault(name, Correlation()).add(acts_a[name], acts_b[name])
+    finally:
+        for h in hooks:
+            h.remove()
+    return corr
+
+
+def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, LinearMap]:
+    """c: correlations of concatenated head outputs [H·dh, H·dh] → (head permutation, per-head dim permutation)."""
+    dh = c.shape[0] // n_head
+    blocks = c.reshape(n_head, dh, n_head, dh).permute(0, 2, 1, 3)  # [h_a, h_b, dh, dh]
+    score = torch.zeros(n_head, n_head, dtype=torch.float64)
+    inner = {}
+    for h in range(n_head):
+        for j in range(n_head):
+            m = _assignment(blocks[h, j])
+            inner[h, j] = m.src
+            score[h, j] = blocks[h, j][torch.arange(dh), m.src].sum()
+    heads = _assignment(score)
+    mats = torch.zeros(n_head, dh, dh)
+    for h in range(n_head):
+        src = inner[h, int(heads.src[h])]
+        mats[h, src, torch.arange(dh)] = 1.0  # v ↦ v·P: new dim k takes old dim src[k]
+    return heads, LinearMap(mats)
+
+
+def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32, **_):
+    if data is None:
+        raise ValueError("activation matching needs data (the models' glmc.json or --data)")
+    adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    canon_a = adapter.from_canonical(view_a, model_a.cpu()).eval()
+    canon_b = adapter.from_canonical(view_b, model_b.cpu()).eval()
+    train = list(tqdm(data.batches("train", batch_size, max_batches=batches, seed=0, shuffle=False),
+                      desc="activations", disable=not progress, leave=False, total=batches))
+    corr = correlations(adapter, canon_a, canon_b, train)
+    residual = sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer))
+    t = Transform({"residual": _assignment(residual)})
+    for i in range(arch.n_layer):
+        heads, ov = match_heads_by_outputs(corr[f"blocks.{i}.attn.o"].value(), arch.n_head)
+        t.elements.update({f"heads.{i}": heads, f"ov.{i}": ov, f"mlp.{i}": _assignment(corr[f"blocks.{i}.mlp.out"].value())})
+    report = {"method": "activation", "batches": len(train), "transform": t.describe()}
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
