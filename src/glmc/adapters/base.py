@@ -82,6 +82,11 @@ class Adapter:
         units)."""
         raise NotImplementedError(f"{self.family} adapter exposes no activation hooks")
 
+    def native_state(self, view: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
+        """The native parameters (name → tensor) that hold `view` in a model shaped like `model`; built from
+        differentiable tensor ops only, so learned matching can back-propagate through it."""
+        raise NotImplementedError
+
     def is_tied(self, model) -> bool:
         """Whether the output head shares its weights with the token embedding."""
         return False

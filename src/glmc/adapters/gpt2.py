@@ -80,6 +80,27 @@ class GPT2Adapter(Adapter):
     def untie(self, model):
         return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
 
+    def native_state(self, view, model) -> dict:
+        """Native parameter tensors for `view` (differentiable: reshapes, transposes and concatenations only)."""
+        h, dh, d = view["blocks.0.attn.q.w"].shape
+        sd = {"transformer.wte.weight": view["embed"], "transformer.wpe.weight": view["pos_embed"],
+              "transformer.ln_f.weight": view["ln_final.w"], "transformer.ln_f.bias": view["ln_final.b"],
+              "lm_head.weight": view["head.w"]}
+        for i in range(model.config.n_layer):
+            p, b = f"transformer.h.{i}.", f"blocks.{i}."
+            sd[p + "attn.c_attn.weight"] = torch.cat([heads_to_columns(view[b + f"attn.{n}.w"]) for n in "qkv"], 1)
+            sd[p + "attn.c_attn.bias"] = torch.cat([view[b + f"attn.{n}.b"].reshape(-1) for n in "qkv"])
+            sd[p + "attn.c_proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d)
+            sd[p + "attn.c_proj.bias"] = view[b + "attn.o.b"]
+            sd[p + "mlp.c_fc.weight"] = view[b + "mlp.in.w"].T
+            sd[p + "mlp.c_fc.bias"] = view[b + "mlp.in.b"]
+            sd[p + "mlp.c_proj.weight"] = view[b + "mlp.out.w"]
+            sd[p + "mlp.c_proj.bias"] = view[b + "mlp.out.b"]
+            for ln, native in (("ln1", "ln_1"), ("ln2", "ln_2")):
+                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
+                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
+        return sd
+
     def from_canonical(self, view, model, ln_eps=None, tie=None):
         from transformers import GPT2LMHeadModel
 
@@ -95,22 +116,7 @@ class GPT2Adapter(Adapter):
         tied = bool(getattr(config, "tie_word_embeddings", True)) and torch.equal(view["embed"], view["head.w"])
         tied = tied if tie is None else (tie and torch.equal(view["embed"], view["head.w"]))
         config.tie_word_embeddings = tied
-        sd = {"transformer.wte.weight": view["embed"], "transformer.wpe.weight": view["pos_embed"],
-              "transformer.ln_f.weight": view["ln_final.w"], "transformer.ln_f.bias": view["ln_final.b"],
-              "lm_head.weight": view["head.w"]}
-        for i in range(config.n_layer):
-            p, b = f"transformer.h.{i}.", f"blocks.{i}."
-            sd[p + "attn.c_attn.weight"] = torch.cat([heads_to_columns(view[b + f"attn.{n}.w"]) for n in "qkv"], 1)
-            sd[p + "attn.c_attn.bias"] = torch.cat([view[b + f"attn.{n}.b"].reshape(-1) for n in "qkv"])
-            sd[p + "attn.c_proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d)
-            sd[p + "attn.c_proj.bias"] = view[b + "attn.o.b"]
-            sd[p + "mlp.c_fc.weight"] = view[b + "mlp.in.w"].T
-            sd[p + "mlp.c_fc.bias"] = view[b + "mlp.in.b"]
-            sd[p + "mlp.c_proj.weight"] = view[b + "mlp.out.w"]
-            sd[p + "mlp.c_proj.bias"] = view[b + "mlp.out.b"]
-            for ln, native in (("ln1", "ln_1"), ("ln2", "ln_2")):
-                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
-                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
+        sd = self.native_state(view, model)
         with torch.device("meta"):
             new = GPT2LMHeadModel(config)
         new = new.to_empty(device=view["embed"].device)

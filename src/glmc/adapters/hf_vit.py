@@ -105,6 +105,35 @@ class HFViTAdapter(Adapter):
                         f"blocks.{i}.mlp.out": layer.mlp.fc2})
         return out
 
+    def native_state(self, view, model) -> dict:
+        """Native parameter tensors for `view` (differentiable: reshapes, transposes and concatenations only)."""
+        h, dh, d = view["blocks.0.attn.q.w"].shape
+        qkv_bias = "blocks.0.attn.q.b" in view
+        p, e = _prefix(model), _prefix(model) + "embeddings."
+        conv = model.get_submodule(e + "patch_embeddings.projection")
+        sd = {e + "cls_token": view["cls"][None], e + "position_embeddings": view["pos_embed"][None],
+              e + "patch_embeddings.projection.weight": patch_to_conv(view["patch.w"], conv.in_channels,
+                                                                        conv.kernel_size),
+              e + "patch_embeddings.projection.bias": view["patch.b"],
+              p + "layernorm.weight": view["ln_final.w"], p + "layernorm.bias": view["ln_final.b"],
+              _head_key(model) + ".weight": view["head.w"], _head_key(model) + ".bias": view["head.b"]}
+        for i in range(model.config.num_hidden_layers):
+            n, b = f"{p}layers.{i}.", f"blocks.{i}."
+            for name in "qkv":
+                sd[n + f"attention.{name}_proj.weight"] = view[b + f"attn.{name}.w"].reshape(h * dh, d)
+                if qkv_bias:
+                    sd[n + f"attention.{name}_proj.bias"] = view[b + f"attn.{name}.b"].reshape(h * dh)
+            sd[n + "attention.o_proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
+            sd[n + "attention.o_proj.bias"] = view[b + "attn.o.b"]
+            sd[n + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
+            sd[n + "mlp.fc1.bias"] = view[b + "mlp.in.b"]
+            sd[n + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
+            sd[n + "mlp.fc2.bias"] = view[b + "mlp.out.b"]
+            for ln, native in (("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
+                sd[n + f"{native}.weight"] = view[b + f"{ln}.w"]
+                sd[n + f"{native}.bias"] = view[b + f"{ln}.b"]
+        return sd
+
     def from_canonical(self, view, model, ln_eps=None):
         import transformers
 
@@ -126,29 +155,7 @@ class HFViTAdapter(Adapter):
         else:
             if view["head.w"].shape[0] != config.num_labels:
                 raise ValueError(f"head has {view['head.w'].shape[0]} classes, config {config.num_labels}")
-        p, e = _prefix(model), _prefix(model) + "embeddings."
-        conv = model.get_submodule(e + "patch_embeddings.projection")
-        sd = {e + "cls_token": view["cls"][None], e + "position_embeddings": view["pos_embed"][None],
-              e + "patch_embeddings.projection.weight": patch_to_conv(view["patch.w"], conv.in_channels,
-                                                                        conv.kernel_size),
-              e + "patch_embeddings.projection.bias": view["patch.b"],
-              p + "layernorm.weight": view["ln_final.w"], p + "layernorm.bias": view["ln_final.b"],
-              _head_key(model) + ".weight": view["head.w"], _head_key(model) + ".bias": view["head.b"]}
-        for i in range(config.num_hidden_layers):
-            n, b = f"{p}layers.{i}.", f"blocks.{i}."
-            for name in "qkv":
-                sd[n + f"attention.{name}_proj.weight"] = view[b + f"attn.{name}.w"].reshape(h * dh, d)
-                if qkv_bias:
-                    sd[n + f"attention.{name}_proj.bias"] = view[b + f"attn.{name}.b"].reshape(h * dh)
-            sd[n + "attention.o_proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
-            sd[n + "attention.o_proj.bias"] = view[b + "attn.o.b"]
-            sd[n + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
-            sd[n + "mlp.fc1.bias"] = view[b + "mlp.in.b"]
-            sd[n + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
-            sd[n + "mlp.fc2.bias"] = view[b + "mlp.out.b"]
-            for ln, native in (("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
-                sd[n + f"{native}.weight"] = view[b + f"{ln}.w"]
-                sd[n + f"{native}.bias"] = view[b + f"{ln}.b"]
+        sd = self.native_state(view, model)
         cls = getattr(transformers, type(model).__name__)
         with torch.device("meta"):
             new = cls(config)

@@ -188,6 +188,39 @@ class TimmViTAdapter(Adapter):
                         f"blocks.{i}.mlp.out": block.mlp.fc2})
         return out
 
+    def native_state(self, view, model) -> dict:
+        """Native parameter tensors for `view` (differentiable: reshapes, transposes and concatenations only)."""
+        h, dh, d = view["blocks.0.attn.q.w"].shape
+        conv = model.patch_embed.proj
+        sd = {"patch_embed.proj.weight": patch_to_conv(view["patch.w"], conv.in_channels, conv.kernel_size),
+              "patch_embed.proj.bias": view["patch.b"]}
+        for role, native in (("cls", "cls_token"), ("registers", "reg_token"), ("pos_embed", "pos_embed")):
+            if role in view:
+                sd[native] = view[role][None]
+        fn = final_norm_key(model)
+        sd.update({f"{fn}.weight": view["ln_final.w"], f"{fn}.bias": view["ln_final.b"],
+                   "head.weight": view["head.w"], "head.bias": view["head.b"]})
+        for i in range(len(model.blocks)):
+            p = b = f"blocks.{i}."
+            sd[p + "attn.qkv.weight"] = torch.cat([view[b + f"attn.{x}.w"].reshape(h * dh, d) for x in "qkv"])
+            if b + "attn.q.b" in view:
+                sd[p + "attn.qkv.bias"] = torch.cat([view[b + f"attn.{x}.b"].reshape(h * dh) for x in "qkv"])
+            for qn in ("q_norm", "k_norm"):
+                if b + f"attn.{qn}.w" in view:
+                    sd[p + f"attn.{qn}.weight"] = view[b + f"attn.{qn}.w"]
+                    sd[p + f"attn.{qn}.bias"] = view[b + f"attn.{qn}.b"]
+            sd[p + "attn.proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
+            sd[p + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
+            sd[p + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
+            for role, native in (("attn.o.b", "attn.proj.bias"), ("mlp.in.b", "mlp.fc1.bias"),
+                                 ("mlp.out.b", "mlp.fc2.bias"), ("ls1", "ls1.gamma"), ("ls2", "ls2.gamma")):
+                if b + role in view:
+                    sd[p + native] = view[b + role]
+            for ln, native in (("ln1", "norm1"), ("ln2", "norm2")):
+                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
+                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
+        return sd
+
     def from_canonical(self, view, model, ln_eps=None):
         from glmc.models import _timm_from_kwargs, timm_kwargs
 
@@ -212,34 +245,7 @@ class TimmViTAdapter(Adapter):
             new = _timm_from_kwargs(kwargs)
         new = new.to_empty(device=view["patch.w"].device)
 
-        conv = model.patch_embed.proj
-        sd = {"patch_embed.proj.weight": patch_to_conv(view["patch.w"], conv.in_channels, conv.kernel_size),
-              "patch_embed.proj.bias": view["patch.b"]}
-        for role, native in (("cls", "cls_token"), ("registers", "reg_token"), ("pos_embed", "pos_embed")):
-            if role in view:
-                sd[native] = view[role][None]
-        fn = final_norm_key(model)
-        sd.update({f"{fn}.weight": view["ln_final.w"], f"{fn}.bias": view["ln_final.b"],
-                   "head.weight": view["head.w"], "head.bias": view["head.b"]})
-        for i in range(len(new.blocks)):
-            p = b = f"blocks.{i}."
-            sd[p + "attn.qkv.weight"] = torch.cat([view[b + f"attn.{x}.w"].reshape(h * dh, d) for x in "qkv"])
-            if b + "attn.q.b" in view:
-                sd[p + "attn.qkv.bias"] = torch.cat([view[b + f"attn.{x}.b"].reshape(h * dh) for x in "qkv"])
-            for qn in ("q_norm", "k_norm"):
-                if b + f"attn.{qn}.w" in view:
-                    sd[p + f"attn.{qn}.weight"] = view[b + f"attn.{qn}.w"]
-                    sd[p + f"attn.{qn}.bias"] = view[b + f"attn.{qn}.b"]
-            sd[p + "attn.proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
-            sd[p + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
-            sd[p + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
-            for role, native in (("attn.o.b", "attn.proj.bias"), ("mlp.in.b", "mlp.fc1.bias"),
-                                 ("mlp.out.b", "mlp.fc2.bias"), ("ls1", "ls1.gamma"), ("ls2", "ls2.gamma")):
-                if b + role in view:
-                    sd[p + native] = view[b + role]
-            for ln, native in (("ln1", "norm1"), ("ln2", "norm2")):
-                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
-                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
+        sd = self.native_state(view, model)
         missing, unexpected = new.load_state_dict({k: t.contiguous() for k, t in sd.items()}, strict=False)
         if missing or unexpected:
             raise RuntimeError(f"timm ViT rebuild mismatch: missing {missing}, unexpected {unexpected}")
