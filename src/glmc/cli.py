@@ -6,7 +6,7 @@ import importlib.util
 import click
 
 # name -> module under glmc.commands that defines a click command called `command`
-COMMANDS = ["verify", "train", "barrier", "align", "demo"]
+COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo"]
 
 
 class LazyGroup(click.Group):

@@ -149,18 +149,22 @@ def _quiet_hf():
 
 def save_model(model, path, record=None, tokenizer=None, overwrite: bool = True):
     """Write `model` (+ glmc.json `record`, + `tokenizer`) to directory `path`, atomically."""
-    family = family_of(model)
     with atomic_dir(path, overwrite=overwrite) as tmp:
-        if family == "timm-vit":
-            _save_timm(model, tmp)
-        else:
-            with _quiet_hf():
-                model.save_pretrained(str(tmp))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))
-        if record is not None:
-            (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
+        write_model_files(model, tmp, record, tokenizer)
     return Path(path)
+
+
+def write_model_files(model, directory: Path, record=None, tokenizer=None) -> None:
+    """The files of a model directory, written into an existing (temporary) directory."""
+    if family_of(model) == "timm-vit":
+        _save_timm(model, directory)
+    else:
+        with _quiet_hf():
+            model.save_pretrained(str(directory))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(directory))
+    if record is not None:
+        (directory / RECORD).write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
 
 
 def _save_timm(model, directory: Path):

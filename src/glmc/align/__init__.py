@@ -29,6 +29,7 @@ class Alignment:
     model_b: object
     transform: Transform | None
     report: dict = field(default_factory=dict)
+    moved: str = "B"  # which endpoint the transform moved ("A" when A was the narrower model, embedded)
 
 
 def available_methods() -> list[str]:
@@ -42,11 +43,58 @@ def available_methods() -> list[str]:
 def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
     if method not in METHODS:
         raise ValueError(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
-    if METHODS[method] is None:
-        return Alignment(model_a, model_b, None, {"method": "none"})
     if method not in available_methods():
         raise ValueError(f"alignment method {method!r} is not implemented yet")
+    if _shape(model_a) != _shape(model_b):
+        return _align_widths(model_a, model_b, method, **options)
+    if METHODS[method] is None:
+        return Alignment(model_a, model_b, None, {"method": "none"})
     module = importlib.import_module(f"glmc.align.{METHODS[method]}")
     if method == "learned-perm":
         options["permutations_only"] = True
     return module.align(model_a, model_b, **options)
+
+
+def _shape(model):
+    from glmc.adapters import adapter_for
+
+    arch = adapter_for(model).arch(model)
+    return arch.n_layer, arch.d_model, arch.n_head, arch.d_head, arch.d_mlp
+
+
+def _align_widths(model_a, model_b, method, **options) -> Alignment:
+    """Different widths: embed the narrower model exactly into the wider architecture (glmc/widen.py), then
+    align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
+    from glmc.align.common import max_logit_change
+    from glmc.model_ops import widen_model
+
+    (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = _shape(model_a), _shape(model_b)
+    if la != lb:
+        raise ValueError(f"models differ in depth ({la} vs {lb} layers); glmc aligns widths, not depths")
+    a_narrow = (da, ha, dha, na) <= (db, hb, dhb, nb)
+    narrow, wide = (model_a, model_b) if a_narrow else (model_b, model_a)
+    w = _shape(wide)
+    if any(x > y for x, y in zip(_shape(narrow), w)):
+        raise ValueError("one model must be at most as wide as the other in every width (residual, heads, "
+                         f"head size, MLP): {_shape(model_a)} vs {_shape(model_b)}")
+    embedded = widen_model(narrow.cpu(), w[1], n_head=w[2], d_mlp=w[4]).to(next(narrow.parameters()).device)
+    # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
+    eps_effect = _eps_effect(embedded, wide)
+    if method != "none" and options.get("bias") is None and method.startswith("learned"):
+        options["bias"] = -0.15  # λ drawn nearer the wide (reference) model, as the paper's code does
+    inner = align(wide, embedded, method, **options)
+    report = {**inner.report, "widened": {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow
+                                          else "B", "eps_effect_max_dlogits": eps_effect,
+                                          "embedding_max_dlogits": max_logit_change(narrow, embedded)}}
+    pair = (inner.model_b, inner.model_a) if a_narrow else (inner.model_a, inner.model_b)
+    return Alignment(pair[0], pair[1], inner.transform, report, moved="A" if a_narrow else "B")
+
+
+def _eps_effect(embedded, wide) -> float:
+    import copy
+
+    from glmc.align.common import max_logit_change
+    from glmc.interpolate import Interpolation
+
+    probe = Interpolation([wide, embedded]).set(1.0)  # embedded weights in a model with the wide model's eps
+    return max_logit_change(embedded, copy.deepcopy(probe))

@@ -129,27 +129,38 @@ def _train_batches(data, batch_size, seed):
         yield from data.batches("train", batch_size, seed=seed * 1_000_003 + epoch, shuffle=True)
 
 
+def sample_weights(sampler: str, k: int, rng: random.Random, bias: float = 0.0) -> list[float]:
+    """Interpolation weights for k endpoints: λ from a sampler for pairs (shifted by `bias` toward the second
+    model, clipped to [0, 1]), Dirichlet(0.1) on the simplex for k > 2 (the paper's Eq. 2)."""
+    if k == 2:
+        lam = min(1.0, max(0.0, LAMBDA_SAMPLERS[sampler](rng) + bias))
+        return [1.0 - lam, lam]
+    g = [rng.gammavariate(0.1, 1.0) + 1e-12 for _ in range(k)]
+    return [x / sum(g) for x in g]
+
+
 class LearnedMatcher:
-    def __init__(self, model_a, model_b, data, permutations_only=False, soft=False, init=None, iterations=15,
-                 device=None, progress=True):
-        self.adapter, self.arch, self.view_a, self.view_b = canonical_pair(model_a, model_b)
-        self.device = device or next(model_a.parameters()).device
-        self.template = self.adapter.untie(self.adapter.from_canonical(self.view_a, model_a.cpu())).to(self.device)
-        model_a.to(self.device)
+    """Learns one transform per model m ≥ 1 that brings it to model 0 (the reference, held fixed)."""
+
+    def __init__(self, views: list, adapter, arch, template, data, inits: list, permutations_only=False,
+                 soft=False, device=None):
+        self.adapter, self.arch, self.data, self.task = adapter, arch, data, data.task
+        self.device = device or torch.device("cpu")
+        self.template = adapter.untie(template).to(self.device)
         for p in self.template.parameters():
             p.requires_grad_(False)
-        self.data, self.task = data, data.task
-        if init is None:
-            init, self.wm_log = weight_matching(self.view_a, self.view_b, self.arch, iterations,
-                                                "permutation" if permutations_only else "orthogonal",
-                                                head_maps=not permutations_only, progress=progress)
-        self.latents = Latents(init, self.arch, permutations_only, soft).to(self.device)
-        self.va = {k: v.to(self.device) for k, v in self.view_a.items()}
-        self.vb = {k: v.to(self.device) for k, v in self.view_b.items()}
+        self.views = [{k: v.to(self.device) for k, v in view.items()} for view in views]
+        self.latents = torch.nn.ModuleList(Latents(t, arch, permutations_only, soft) for t in inits).to(self.device)
 
-    def params_at(self, lam: float, hard: bool = False) -> dict:
-        moved = apply_dense(self.vb, self.latents.dense(hard), self.arch.n_layer)
-        mixed = {k: (1 - lam) * self.va[k] + lam * moved[k] for k in self.va}
+    def moved(self, hard: bool) -> list:
+        return [self.views[0]] + [apply_dense(v, lat.dense(hard), self.arch.n_layer)
+                                  for v, lat in zip(self.views[1:], self.latents)]
+
+    def params_at(self, weights, hard: bool = False) -> dict:
+        if isinstance(weights, (int, float)):
+            weights = [1.0 - weights, float(weights)]
+        moved = self.moved(hard)
+        mixed = {k: sum(w * m[k] for w, m in zip(weights, moved)) for k in self.views[0]}
         return self.adapter.native_state(mixed, self.template)
 
     def batch_loss(self, batch, params) -> torch.Tensor:
@@ -157,45 +168,52 @@ class LearnedMatcher:
         return loss / n
 
     @torch.no_grad()
-    def mean_loss(self, batches, lam, hard=True, params=None) -> float:
-        params = params if params is not None else self.params_at(lam, hard)
+    def mean_loss(self, batches, weights, hard=True) -> float:
+        params = self.params_at(weights, hard)
         total, n = 0.0, 0
         for batch in batches:
             loss, _, count = loss_and_correct(self.template, batch, self.task, params=params, device=self.device)
             total, n = total + float(loss), n + count
         return total / n
 
+    def transforms(self) -> list[Transform]:
+        return [lat.transform() for lat in self.latents]
+
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
-            sampler="narrow", eval_every=50, eval_batches=8, patience=None, seed=0, progress=True) -> dict:
+            sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True) -> dict:
         rng = random.Random(seed)
         torch.manual_seed(seed)
+        k = len(self.views)
         val = list(self.data.batches("val", batch_size, max_batches=eval_batches, shuffle=False))
-        ends = [self.mean_loss(val, 0.0), self.mean_loss(val, 1.0)]
+        ends = [self.mean_loss(val, [float(i == m) for i in range(k)]) for m in range(k)]
+        centre = [1.0 / k] * k
         per_epoch = self.data.num_batches("train", batch_size)
         total = steps or (math.ceil(epochs * per_epoch) if epochs else None)
         if total is None and minutes is None:
             total = 300
         opt = torch.optim.AdamW(self.latents.parameters(), lr=lr, weight_decay=weight_decay)
-        sched_total = total or 10**9
-        warm = max(1, int(warmup * sched_total)) if total else 10
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
-            0.5 * (1 + math.cos(math.pi * min(1.0, s / sched_total)))) if total else min(1.0, (s + 1) / warm))
+        horizon = total or 10**9
+        warm = max(1, int(warmup * horizon)) if total else 10
 
-        def score():
-            mid = self.mean_loss(val, 0.5)
-            return mid - sum(ends) / 2
+        def lr_factor(s):
+            cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, s / horizon))) if total else 1.0
+            return min(1.0, (s + 1) / warm) * cosine
 
-        best = {"step": 0, "val_barrier": score(), "transform": self.latents.transform()}
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+
+        def score():  # barrier at the centre of the path / simplex, hard projection, validation batches
+            return self.mean_loss(val, centre) - sum(ends) / k
+
+        best = {"step": 0, "val_barrier": score(), "transforms": self.transforms()}
         history = [{"step": 0, "val_barrier": best["val_barrier"]}]
         t0 = time.perf_counter()
-        step_times, bad = [], 0
+        step_times, bad, step = [], 0, 0
         batches = _train_batches(self.data, batch_size, seed)
         bar = tqdm(total=total, desc="learned matching", disable=not progress, leave=False)
-        step = 0
         while (total is None or step < total) and (minutes is None or time.perf_counter() - t0 < 60 * minutes):
             ts = time.perf_counter()
-            lam = LAMBDA_SAMPLERS[sampler](rng)
-            loss = self.batch_loss(next(batches), self.params_at(lam))
+            weights = sample_weights(sampler, k, rng, bias)
+            loss = self.batch_loss(next(batches), self.params_at(weights))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -203,12 +221,12 @@ class LearnedMatcher:
             step += 1
             step_times.append(time.perf_counter() - ts)
             bar.update(1)
-            bar.set_postfix(lam=f"{lam:.2f}", loss=f"{float(loss):.4f}", best=f"{best['val_barrier']:.4f}")
+            bar.set_postfix(loss=f"{float(loss):.4f}", best=f"{best['val_barrier']:.4f}")
             if step % eval_every == 0 or step == total:
                 b = score()
                 history.append({"step": step, "val_barrier": b, "train_loss": float(loss)})
                 if b < best["val_barrier"]:
-                    best, bad = {"step": step, "val_barrier": b, "transform": self.latents.transform()}, 0
+                    best, bad = {"step": step, "val_barrier": b, "transforms": self.transforms()}, 0
                 else:
                     bad += 1
                     if patience is not None and bad >= patience:
@@ -217,20 +235,37 @@ class LearnedMatcher:
         return {"steps": step, "best_step": best["step"], "best_val_barrier": best["val_barrier"],
                 "init_val_barrier": history[0]["val_barrier"], "val_endpoints": ends, "history": history,
                 "seconds": time.perf_counter() - t0, "seconds_per_step": sum(step_times) / max(1, len(step_times)),
-                "transform": best.pop("transform")}
+                "transforms": best["transforms"]}
 
 
 def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str = "narrow",
-          eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32, seed: int = 0, **_):
+          bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
+          seed: int = 0, **_):
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     if sampler not in LAMBDA_SAMPLERS:
         raise ValueError(f"unknown λ sampler {sampler!r}; choose from {', '.join(LAMBDA_SAMPLERS)}")
-    m = LearnedMatcher(model_a, model_b, data, permutations_only, soft, None, iterations, progress=progress)
-    fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, eval_every=eval_every,
-                eval_batches=eval_batches, patience=patience, seed=seed, progress=progress)
-    t = fit.pop("transform")
+    adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    device = next(model_a.parameters()).device
+    init, wm_log = weight_matching(view_a, view_b, arch, iterations,
+                                   "permutation" if permutations_only else "orthogonal",
+                                   head_maps=not permutations_only, progress=progress)
+    template = adapter.from_canonical(view_a, model_a.cpu())
+    model_a.to(device)
+    m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], permutations_only, soft, device)
+    fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
+                eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress)
+    t = fit.pop("transforms")[0]
     report = {"method": "learned-perm" if permutations_only else "learned", "soft": soft, "sampler": sampler,
-              "lr": lr, **fit, "weight_matching": m.wm_log, "transform": t.describe()}
-    return finish(model_a, model_b, m.adapter, m.arch, m.view_a, m.view_b, t, report)
+              "lr": lr, **fit, "weight_matching": wm_log, "transform": t.describe()}
+    if soft:
+        report["soft_endpoint_loss_change"] = _soft_endpoint_change(m, data, batch_size)
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
+
+
+@torch.no_grad()
+def _soft_endpoint_change(m: LearnedMatcher, data, batch_size) -> float:
+    """Soft permutations are not exact symmetries: |L(soft π(B)) − L(B)| on validation batches."""
+    val = list(data.batches("val", batch_size, max_batches=4, shuffle=False))
+    return abs(m.mean_loss(val, 1.0, hard=False) - m.mean_loss(val, 1.0, hard=True))

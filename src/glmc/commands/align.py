@@ -2,7 +2,7 @@
 
 import click
 
-from glmc.commands.common import data_options, load_eval_data, load_models, pick_device, write_json
+from glmc.commands.common import data_options, load_eval_data, load_models, pick_device, save_like, write_json
 
 
 @click.command("align")
@@ -18,20 +18,32 @@ from glmc.commands.common import data_options, load_eval_data, load_models, pick
 @click.option("--no-head-maps", is_flag=True, help="Weight matching without the per-head invertible maps.")
 @click.option("--batches", "act_batches", default=32, show_default=True,
               help="Activation matching: training batches to correlate.")
+@click.option("--steps", default=None, type=int, help="Learned matching: optimiser steps [300].")
+@click.option("--epochs", default=None, type=float, help="Learned matching: passes over the training split.")
+@click.option("--minutes", default=None, type=float, help="Learned matching: wall-clock budget.")
+@click.option("--lr", default=1e-3, show_default=True, help="Learned matching: peak learning rate (AdamW).")
+@click.option("--sampler", default="narrow", show_default=True,
+              type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]), help="Learned matching: λ sampler.")
+@click.option("--soft", is_flag=True, help="Learned matching: Sinkhorn soft permutations (rounded at the end).")
+@click.option("--eval-every", default=50, show_default=True, help="Learned matching: validate every N steps.")
+@click.option("--patience", default=None, type=int, help="Learned matching: early stopping after N checks.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(model_a, model_b, method, out_dir, iterations, residual, no_head_maps, act_batches, overwrite, progress,
-            **data_kw):
+def command(model_a, model_b, method, out_dir, iterations, residual, no_head_maps, act_batches, steps, epochs, minutes,
+            lr, sampler, soft, eval_every, patience, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
-    B's function (checked before writing: max |Δlogits| is reported); the inputs are only read."""
+    B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
+    differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
+    one (which stays fixed), and that is what is written."""
     import time
     from pathlib import Path
 
     from glmc.align import align
     from glmc.io import atomic_dir
-    from glmc.models import read_record, save_model
 
+    if Path(out_dir).exists() and not overwrite:
+        raise click.ClickException(f"{out_dir} exists (pass --overwrite to replace it)")
     device = pick_device(data_kw.pop("device"))
     a, b = load_models([model_a, model_b], device)
     ds = None
@@ -39,29 +51,23 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
         ds, _, _ = load_eval_data(model_a, **data_kw)
     t0 = time.perf_counter()
     al = align(a, b, method, data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps,
-               progress=progress, batches=act_batches)
+               progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr,
+               sampler=sampler, soft=soft, eval_every=eval_every, patience=patience)
     seconds = time.perf_counter() - t0
     report = {"schema": "glmc.align/1", "model_a": str(model_a), "model_b": str(model_b), "method": method,
               "seconds": seconds, **al.report}
-    tokenizer = None
-    if (Path(model_b) / "tokenizer.json").is_file():
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_b)
-    record = read_record(model_b)
-    if record is not None:
-        record = {**record, "aligned": {"to": str(model_a), "method": method}}
-    if Path(out_dir).exists() and not overwrite:
-        raise click.ClickException(f"{out_dir} exists (pass --overwrite to replace it)")
+    moved, source = (al.model_b, model_b) if al.moved == "B" else (al.model_a, model_a)
     with atomic_dir(out_dir) as tmp:
-        save_model(al.model_b.cpu(), tmp / "model", record=record, tokenizer=tokenizer)
-        for f in (tmp / "model").iterdir():
-            f.rename(tmp / f.name)
-        (tmp / "model").rmdir()
+        save_like(moved, source, tmp)
         if al.transform is not None:
             al.transform.save(tmp / "transform.safetensors")
         write_json(tmp / "align.json", report)
-    click.echo(f"aligned {model_b} to {model_a} with {method} matching in {seconds:.1f} s")
+    target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
+    if "widened" in al.report:
+        click.echo(f"embedded {target} exactly into the width of {ref} (max |Δlogits| "
+                   f"{al.report['widened']['embedding_max_dlogits']:.2e}; with the wide model's LayerNorm eps "
+                   f"{al.report['widened']['eps_effect_max_dlogits']:.2e})")
+    click.echo(f"aligned {target} to {ref} with {method} matching in {seconds:.1f} s")
     click.echo(f"weight distance ‖A−B‖²/‖A‖²: {al.report['distance_before']:.4f} → {al.report['distance_after']:.4f}")
-    click.echo(f"function check: max |Δlogits| B vs B′ {al.report['max_dlogits_b']:.2e}")
+    click.echo(f"function check: max |Δlogits| of the moved model before/after {al.report['max_dlogits_b']:.2e}")
     click.echo(f"wrote {out_dir}/ (model, transform.safetensors, align.json)")

@@ -15,20 +15,30 @@ from glmc.commands.common import data_options, load_eval_data, load_models, pick
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the per-λ curves as CSV here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss/accuracy figure here.")
 @click.option("--iterations", default=15, show_default=True, help="Weight-matching iterations.")
+@click.option("--steps", default=None, type=int, help="Learned matching steps [300].")
+@click.option("--resolution", default=10, show_default=True, help="3 models: simplex grid steps per edge.")
+@click.option("--samples", default=64, show_default=True, help="More than 3 models: random simplex points.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def command(models, methods, points, json_path, csv_path, plot_path, iterations, progress, **data_kw):
+def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples, progress,
+            **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
-    The data set, split and tokenizer come from A's glmc.json unless --data is given."""
+    The data set, split and tokenizer come from A's glmc.json unless --data is given.
+    With three or more models: the loss over the simplex Σλ_m·θ_m (a triangular grid for 3, sampled points
+    beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (methods: none, weight,
+    learned, each aligning all models to a shared universe)."""
     from glmc.experiment import run_barriers, format_table, write_csv
 
-    if len(models) != 2:
-        raise click.UsageError("give exactly two models (simplex barriers over more models come with `merge`)")
     device = pick_device(data_kw.pop("device"))
-    model_a, model_b = load_models(models, device)
+    loaded = load_models(models, device)
     ds, batches, data_info = load_eval_data(models[0], **data_kw)
-    result = run_barriers(model_a, model_b, ds, batches, [m.strip() for m in methods.split(",") if m.strip()],
-                          points=points, progress=progress, align_options={"iterations": iterations})
+    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    if len(models) > 2:
+        return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,
+                        json_path, plot_path)
+    model_a, model_b = loaded
+    result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
+                          align_options={"iterations": iterations, "steps": steps})
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
     click.echo(format_table(result))
     if json_path:
@@ -43,4 +53,41 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
         curves = {m: r for m, r in result["results"].items()}
         plot_curves(curves, plot_path, title=f"{models[0]} ↔ {models[1]} ({data_info['split']})",
                     show_acc=True)
+        click.echo(f"wrote {plot_path}")
+
+
+def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,
+             plot_path):
+    import time
+
+    from glmc.merge import merge_models
+    from glmc.simplex import simplex_metrics, simplex_surface
+
+    results = {}
+    for method in methods:
+        if method not in ("none", "weight", "learned"):
+            raise click.UsageError(f"simplex barriers support none, weight and learned, not {method!r}")
+        t0 = time.perf_counter()
+        aligned = [m.cpu() for m in models]
+        if method != "none":
+            _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300)
+        align_seconds = time.perf_counter() - t0
+        surface = simplex_surface(aligned, batches, ds.task, resolution, samples, progress, label=method)
+        results[method] = {**surface, **simplex_metrics(surface), "align_seconds": align_seconds,
+                           "surface_seconds": surface.pop("seconds")}
+    click.echo(f"{'method':<10}{'barrier':>10}{'centre':>10}{'align s':>9}{'grid s':>9}   (k = {len(models)})")
+    for method, r in results.items():
+        click.echo(f"{method:<10}{r['barrier']:>10.4f}{r['centre_excess']:>10.4f}{r['align_seconds']:>9.1f}"
+                   f"{r['surface_seconds']:>9.1f}")
+    result = {"schema": "glmc.simplex/1", "models": [str(p) for p in paths], "task": ds.task, "results": results,
+              **data_info}
+    if json_path:
+        write_json(json_path, result)
+        click.echo(f"wrote {json_path}")
+    if plot_path:
+        if len(models) != 3:
+            raise click.UsageError("--plot draws a ternary heat map: give exactly 3 models")
+        from glmc.plots import plot_simplex
+
+        plot_simplex(results, plot_path, title=f"loss excess over the simplex ({data_info['split']})")
         click.echo(f"wrote {plot_path}")

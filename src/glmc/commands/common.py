@@ -75,3 +75,22 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
 def write_json(path, obj) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def save_like(model, source_dir, target) -> None:
+    """Save `model` into `target` (not atomic by itself: call inside glmc.io.atomic_dir) with the tokenizer and
+    the glmc.json record of the checkpoint it came from, so later commands need no data flags."""
+    from pathlib import Path
+
+    from glmc.models import read_record, write_model_files
+
+    tokenizer = None
+    if (Path(source_dir) / "tokenizer.json").is_file():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(source_dir)
+    record = read_record(source_dir)
+    if record is not None:
+        record = {**record, "derived_from": str(source_dir)}
+    Path(target).mkdir(parents=True, exist_ok=True)
+    write_model_files(model.cpu(), Path(target), record=record, tokenizer=tokenizer)

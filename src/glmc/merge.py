@@ -1,0 +1,108 @@
+"""Many models: alignment to a shared universe, joint refinement on the simplex, and the merged model.
+
+Universe (weight matching): U ← canonical θ_1; repeat `rounds` times: align every model to U (the first
+round leaves model 1 as it is), U ← Σ w_m·π_m(θ_m). Orthogonal residual maps and per-head invertible maps are
+used, not only permutations. Optional refinement (`method="learned"`): the transforms of models 2…k are
+trained jointly with λ ~ Dirichlet(0.1) on the simplex (the paper's Eq. 2), model 1 staying the reference.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from glmc.align.common import canonical_pair, max_logit_change
+from glmc.align.weight import weight_matching
+from glmc.symmetry.transform import Transform
+
+
+def canonical_views(models: list):
+    adapter, arch, view0, _ = canonical_pair(models[0], models[0])
+    views = [view0] + [canonical_pair(models[0], m)[3] for m in models[1:]]
+    return adapter, arch, views
+
+
+def average(views: list, weights) -> dict:
+    return {k: sum(w * v[k].double() for w, v in zip(weights, views)).float() for k in views[0]}
+
+
+def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterations: int = 5, progress=False):
+    """(transforms, per-round log): transforms[m] brings model m into the shared universe (transforms[0] is the
+    identity after the first round unless later rounds move model 1 too)."""
+    k = len(views)
+    weights = weights or [1.0 / k] * k
+    transforms = [Transform() for _ in views]
+    universe = views[0]
+    log = []
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        for m in range(k):
+            if r == 0 and m == 0:
+                continue
+            transforms[m], _ = weight_matching(universe, views[m], arch, iterations, progress=progress)
+        aligned = [t.apply(v, arch.n_layer) if t.elements else v for t, v in zip(transforms, views)]
+        universe = average(aligned, weights)
+        spread = sum(float((a[key] - universe[key]).double().pow(2).sum()) for a in aligned for key in universe)
+        log.append({"round": r + 1, "spread": spread, "seconds": time.perf_counter() - t0})
+    return transforms, log
+
+
+def merge_models(models: list, method: str = "weight", weights=None, rounds: int = 3, iterations: int = 5,
+                 data=None, progress=True, **learned_options):
+    """(merged native model, aligned native models, report). Every aligned model is checked to keep its
+    function (max |Δlogits| in the report)."""
+    models, template, widened = _common_width(models)
+    adapter, arch, views = canonical_views(models)
+    k = len(models)
+    weights = weights or [1.0 / k] * k
+    if abs(sum(weights) - 1) > 1e-6:
+        raise ValueError(f"merge weights must sum to 1, got {weights}")
+    transforms, log = universe_alignment(views, arch, weights, rounds, iterations, progress)
+    report = {"method": method, "weights": weights, "universe": log, "widened": widened}
+    if method == "learned":
+        transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress,
+                                            **learned_options)
+        report["learned"] = fit
+    aligned_views = [t.apply(v, arch.n_layer) if t.elements else v for t, v in zip(transforms, views)]
+    aligned = [adapter.from_canonical(v, m.cpu()) for v, m in zip(aligned_views, models)]
+    report["max_dlogits"] = [max_logit_change(m, a) for m, a in zip(models, aligned)]
+    merged = adapter.from_canonical(average(aligned_views, weights), template.cpu())
+    return merged, aligned, transforms, report
+
+
+def _common_width(models):
+    """Models embedded exactly into the widest one's architecture (glmc/widen.py); (models, widest, which)."""
+    from glmc.align import _shape
+    from glmc.model_ops import widen_model
+
+    shapes = [_shape(m) for m in models]
+    widest = max(range(len(models)), key=lambda i: shapes[i][1:])
+    w = shapes[widest]
+    out, widened = [], []
+    for i, (m, s) in enumerate(zip(models, shapes)):
+        if s == w:
+            out.append(m)
+            continue
+        if s[0] != w[0] or any(x > y for x, y in zip(s, w)):
+            raise ValueError(f"model {i + 1} {s} cannot be embedded into the widest model {w} (same depth, every "
+                             "width at most the widest's)")
+        out.append(widen_model(m.cpu(), w[1], n_head=w[2], d_mlp=w[4]))
+        widened.append(i + 1)
+    return out, models[widest], widened
+
+
+def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=True, **options):
+    """Joint learned refinement: model 1 fixed (moved into the universe first), models 2…k learned."""
+    from glmc.align.learned import LearnedMatcher
+
+    if data is None:
+        raise ValueError("learned refinement trains on data (the models' glmc.json or --data)")
+    # the latents for model m start at the universe transform of m composed with the inverse of model 1's
+    rel = [transforms[m] if not transforms[0].elements else transforms[m].then(transforms[0].inverse())
+           for m in range(1, len(views))]
+    template = adapter.from_canonical(views[0], models[0].cpu())
+    matcher = LearnedMatcher([views[0]] + views[1:], adapter, arch, template, data, rel, device=torch.device("cpu"))
+    fit = matcher.fit(progress=progress, **options)
+    learned = fit.pop("transforms")
+    return [Transform()] + learned, fit

@@ -1,0 +1,272 @@
+"""Training of independent endpoints: GPT-2 on text, ViT (HF or timm) on images.
+
+One loop serves both: AdamW (weight decay on matrices only), linear warmup then cosine decay to
+``min_lr_ratio`` × lr, gradient-norm clipping, validation every ``eval_every`` steps with the best weights
+kept in memory, optional early stopping after ``patience`` evaluations without improvement, and a budget in
+steps, epochs or minutes (the first reached stops). The best weights are restored at the end.
+
+Reproducibility: ``seed`` seeds torch before the model is built (initialisation and dropout) and the data
+order (epoch e of the training split is drawn with seed ``seed * 1_000_003 + e``). On the same machine and
+thread count the same seed gives bit-identical weights, unless a ``minutes`` budget cuts the run short.
+Final metrics are measured in float32 on fixed batches (recorded in glmc.json under "eval"), so
+``evaluate(load_model(dir)[0], ds.batches("test", eval_batch_size))`` reproduces them exactly.
+"""
+
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from glmc.evaluate import evaluate, loss_and_correct
+
+# Presets: model shape and optimisation defaults. "cpu" ones fit the 5-minute / 2-core targets of issue #4;
+# "paper-*" ones are the shapes of arXiv 2506.22712, meant for a GPU.
+GPT2_PRESETS = {
+    "cpu": dict(layers=4, width=128, heads=4, mlp=512, context=128, dropout=0.0, tokenizer="char",
+                batch_size=32, lr=2e-3, steps=1000, warmup=100, eval_every=200, eval_batches=8),
+    "paper-shakespeare": dict(layers=6, width=256, heads=4, mlp=1024, context=256, dropout=0.1, tokenizer="char",
+                              batch_size=64, lr=1e-3, steps=5000, warmup=200, eval_every=250, eval_batches=40),
+}
+VIT_PRESETS = {
+    "cpu": dict(layers=4, width=128, heads=4, mlp=256, patch=7, dropout=0.0, batch_size=128, lr=1e-3,
+                epochs=6, warmup=200, eval_every=500, eval_batches=None, weight_decay=0.05),
+    "paper-cifar": dict(layers=6, width=256, heads=8, mlp=512, patch=4, dropout=0.0, batch_size=128, lr=1e-3,
+                        epochs=100, warmup=1000, eval_every=1000, eval_batches=None, weight_decay=0.05),
+}
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    steps: int | None = None  # budget: optimiser steps ...
+    epochs: float | None = None  # ... or passes over the training split ...
+    minutes: float | None = None  # ... or wall-clock minutes (the first reached stops)
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple = (0.9, 0.95)
+    grad_clip: float = 1.0
+    eval_every: int = 200
+    eval_batches: int | None = None  # validation batches per periodic evaluation (None: whole split)
+    patience: int | None = None  # evaluations without improvement before stopping (None: never)
+    eval_batch_size: int = 64
+    train_eval_batches: int = 20  # deterministic training batches for the final "train" metric
+
+
+@dataclass
+class LoopResult:
+    steps_done: int = 0
+    best_step: int | None = None
+    best_val: float = math.inf
+    stopped: str = "steps"
+    train_seconds: float = 0.0
+    samples: int = 0  # tokens for LMs, images for classifiers
+    history: list = field(default_factory=list)
+
+
+def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int | None:
+    """Steps the schedule spans: --steps, else --epochs × steps per epoch, else None (time budget only)."""
+    if cfg.steps is not None:
+        return int(cfg.steps)
+    if cfg.epochs is not None:
+        return max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    return None
+
+
+def make_optimizer(model, cfg: TrainConfig):
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+
+
+def lr_factor(step: int, total: int, cfg: TrainConfig) -> float:
+    """Multiplier of the peak lr at `step` (0-based): linear warmup, then cosine down to min_lr_ratio."""
+    warmup = min(cfg.warmup, max(total // 10, 1))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def train_batches(ds, cfg: TrainConfig):
+    """An endless stream of training batches, epoch after epoch, each epoch in its own seeded order."""
+    epoch = 0
+    while True:
+        yield from ds.batches("train", cfg.batch_size, seed=cfg.seed * 1_000_003 + epoch, shuffle=True)
+        epoch += 1
+
+
+def batch_samples(batch: dict) -> int:
+    return int(batch["input_ids"].numel()) if "input_ids" in batch else int(batch["labels"].numel())
+
+
+def snapshot(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def train_loop(model, ds, cfg: TrainConfig, progress=True) -> LoopResult:
+    from tqdm.auto import tqdm
+
+    steps_per_epoch = ds.num_batches("train", cfg.batch_size)
+    total = total_steps(cfg, steps_per_epoch)
+    deadline = None if cfg.minutes is None else time.perf_counter() + 60 * cfg.minutes
+    opt = make_optimizer(model, cfg)
+    result, best, bad, ema = LoopResult(), None, 0, None
+    horizon = total or 10**6  # time budget only: re-sized once the first 20 steps have been timed
+    bar = tqdm(total=total, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
+    stream = train_batches(ds, cfg)
+    model.train()
+    start = time.perf_counter()
+    for step in range(total if total is not None else 10**12):
+        if deadline is not None and time.perf_counter() >= deadline:
+            result.stopped = "time"
+            break
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * lr_factor(step, horizon, cfg)
+        batch = next(stream)
+        loss = _step(model, opt, batch, cfg)
+        result.steps_done, result.samples = step + 1, result.samples + batch_samples(batch)
+        ema = loss if ema is None else 0.95 * ema + 0.05 * loss
+        bar.update(1)
+        bar.set_postfix(loss=f"{ema:.3f}", lr=f"{opt.param_groups[0]['lr']:.1e}", refresh=False)
+        if deadline is not None and total is None and step == 19:  # time budget only: size the schedule
+            horizon = max(20, int(20 * (deadline - start) / (time.perf_counter() - start)))
+            bar.total = horizon
+        last = total is not None and step + 1 == total
+        if (step + 1) % cfg.eval_every == 0 or last:
+            val = evaluate(model, ds.batches("val", cfg.eval_batch_size, max_batches=cfg.eval_batches))
+            result.history.append({"step": step + 1, "train_loss": round(ema, 5), "val_loss": val["loss"],
+                                   "val_acc": val["acc"], "lr": opt.param_groups[0]["lr"],
+                                   "seconds": round(time.perf_counter() - start, 2)})
+            bar.set_postfix(loss=f"{ema:.3f}", val=f"{val['loss']:.3f}", refresh=False)
+            if val["loss"] < result.best_val:
+                result.best_val, result.best_step, best, bad = val["loss"], step + 1, snapshot(model), 0
+            else:
+                bad += 1
+                if cfg.patience is not None and bad >= cfg.patience:
+                    result.stopped = "early"
+                    break
+    bar.close()
+    result.train_seconds = time.perf_counter() - start
+    if total is None and result.stopped != "early":
+        result.stopped = "time"
+    model.load_state_dict(_final_state(model, ds, cfg, best, result))
+    model.eval()
+    return result
+
+
+def _step(model, opt, batch, cfg: TrainConfig) -> float:
+    loss_sum, _, n = loss_and_correct(model, batch)
+    loss = loss_sum / n
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    return loss.item()
+
+
+def _final_state(model, ds, cfg, best, result: LoopResult) -> dict:
+    """The weights to keep: the best validated ones, after one last check of the final weights if the run
+    stopped between evaluations (a time budget), so the last steps are not thrown away unseen."""
+    evaluated_last = result.history and result.history[-1]["step"] == result.steps_done
+    if result.steps_done and not evaluated_last:
+        val = evaluate(model, ds.batches("val", cfg.eval_batch_size, max_batches=cfg.eval_batches))
+        result.history.append({"step": result.steps_done, "val_loss": val["loss"], "val_acc": val["acc"]})
+        if val["loss"] < result.best_val:
+            result.best_val, result.best_step = val["loss"], result.steps_done
+            return model.state_dict()
+    return best if best is not None else model.state_dict()
+
+
+def final_metrics(model, ds, cfg: TrainConfig) -> dict:
+    """float32 metrics on fixed batches: the first `train_eval_batches` of train in order, all of val/test."""
+    bs = cfg.eval_batch_size
+    return {
+        "train": evaluate(model, ds.batches("train", bs, shuffle=False, max_batches=cfg.train_eval_batches)),
+        "val": evaluate(model, ds.batches("val", bs)),
+        "test": evaluate(model, ds.batches("test", bs)),
+    }
+
+
+def environment() -> dict:
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+            "machine": platform.machine(), "python": platform.python_version()}
+
+
+def fit(model, ds, cfg: TrainConfig, progress=True) -> dict:
+    """Train `model` in place and return the "training", "metrics" and "timing" parts of the record."""
+    loop = train_loop(model, ds, cfg, progress)
+    t = time.perf_counter()
+    metrics = final_metrics(model, ds, cfg)
+    unit = "tokens" if ds.task == "lm" else "images"
+    training = dict(asdict(cfg), optimizer="AdamW", schedule="warmup-cosine", steps_done=loop.steps_done,
+                    best_step=loop.best_step, stopped=loop.stopped, history=loop.history)
+    timing = {"train_seconds": round(loop.train_seconds, 2), "eval_seconds": round(time.perf_counter() - t, 2),
+              f"{unit}_seen": loop.samples, f"{unit}_per_second": round(loop.samples / max(loop.train_seconds, 1e-9), 1)}
+    return {"training": training, "metrics": metrics, "timing": timing}
+
+
+# ---------------------------------------------------------------------------------------------- whole runs
+
+def seed_everything(seed: int):
+    torch.manual_seed(seed)  # model initialisation and dropout; data order has its own generators
+
+
+def record_for(family: str, shape: dict, ds, parts: dict, wall: float, extra=None) -> dict:
+    """The glmc.json of a trained model (see docs in glmc/models.py and the README)."""
+    import glmc
+
+    record = {"glmc_version": glmc.__version__, "kind": "trained-endpoint", "family": family, "model": shape,
+              "data": ds.spec, **parts, "eval": {"batch_size": parts["training"]["eval_batch_size"],
+                                                 "dtype": "float32", "split_batches": "all (train: first "
+                                                 f"{parts['training']['train_eval_batches']} in order)"},
+              "environment": environment()}
+    record["timing"]["wall_seconds"] = round(wall, 2)
+    if ds.task == "lm":
+        record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
+        record["baseline"] = {"unigram_test_loss": ds.unigram_entropy("test"),
+                              "note": "cross-entropy of the test split under the training split's unigram "
+                                      "distribution (add-one smoothed), nats/token"}
+    record.update(extra or {})
+    return record
+
+
+def run(family: str, data_spec: dict, shape: dict, cfg: TrainConfig, out=None, progress=True, overwrite=False,
+        log=print) -> tuple:
+    """Load data, build a `family` model of `shape` (data-dependent sizes filled in), train, save to `out`.
+
+    Returns (model, record)."""
+    import glmc.data
+    from glmc.models import build_model, save_model
+
+    t0 = time.perf_counter()
+    ds = glmc.data.load(data_spec)
+    log(f"data: {ds.describe()}")
+    shape = dict(shape, **data_shape(family, ds, shape))
+    seed_everything(cfg.seed)
+    model = build_model(family, **shape)
+    log(f"model: {family}, {sum(p.numel() for p in model.parameters()):,} parameters, {shape}")
+    parts = fit(model, ds, cfg, progress)
+    record = record_for(family, shape, ds, parts, time.perf_counter() - t0)  # wall time excludes the save
+    if out is not None:
+        save_model(model, out, record=record, tokenizer=getattr(ds, "tokenizer", None), overwrite=overwrite)
+    return model, record
+
+
+def data_shape(family: str, ds, shape: dict) -> dict:
+    """The sizes the data decides: vocabulary and context for GPT-2; image size, channels, classes for ViT."""
+    if family == "gpt2":
+        if ds.task != "lm":
+            raise ValueError(f"gpt2 needs text data, got {ds.spec['source']}")
+        return {"vocab_size": ds.vocab_size, "context": ds.context}
+    if ds.task != "cls":
+        raise ValueError(f"{family} needs image data, got {ds.spec['source']}")
+    return {"image_size": ds.image_size, "channels": ds.channels, "num_classes": ds.num_classes}
