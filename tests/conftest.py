@@ -58,3 +58,18 @@ def gpt2_pair(tmp_path_factory):
     for seed in (0, 1):
         run_cli("train", "gpt2", "--data", "shakespeare", "--seed", seed, "--out", root / f"s{seed}", *TINY_GPT2)
     return root / "s0", root / "s1"
+
+
+TINY_VIT = ["--layers", 2, "--heads", 4, "--mlp", 128, "--patch", 4, "--steps", 120, "--batch-size", 64,
+            "--eval-every", 60, "--lr", 3e-3, "--quiet"]
+
+
+@pytest.fixture(scope="session")
+def vit_models(tmp_path_factory):
+    """HF ViTs trained by `glmc train` on scikit-learn digits: three of width 64 (seeds 0-2), one of width 32."""
+    root = tmp_path_factory.mktemp("vit-digits")
+    out = {}
+    for name, seed, width in (("w64s0", 0, 64), ("w64s1", 1, 64), ("w64s2", 2, 64), ("w32s3", 3, 32)):
+        run_cli("train", "vit", "--data", "digits", "--seed", seed, "--width", width, "--out", root / name, *TINY_VIT)
+        out[name] = root / name
+    return out

@@ -18,16 +18,24 @@ from glmc.barrier import barrier_metrics, path_curve
 from glmc.io import atomic_path
 
 
-def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None) -> dict:
+def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,
+                 mode: str = "native") -> dict:
+    """mode "circuit": align as usual, then interpolate the paper's circuit form (glmc/circuit.py)."""
     results = {}
     for method in methods:
         t0 = time.perf_counter()
-        al = align(model_a, model_b, method, data=ds, progress=progress, **(align_options or {}))
+        al = align(model_a, model_b, method, data=ds, progress=progress, mode=mode, **(align_options or {}))
         align_seconds = time.perf_counter() - t0
-        curve = path_curve([al.model_a, al.model_b], batches, ds.task, points, progress, label=method)
+        ends = [al.model_a, al.model_b]
+        if mode == "circuit":
+            from glmc.circuit import circuit_model
+
+            ends = [circuit_model(m.cpu()).to(next(m.parameters()).device) for m in ends]
+        curve = path_curve(ends, batches, ds.task, points, progress, label=method)
         results[method] = {**curve, **barrier_metrics(curve), "align_seconds": align_seconds,
-                           "curve_seconds": curve.pop("seconds"), "alignment": al.report}
-    return {"task": ds.task, "points": points, "results": results}
+                           "curve_seconds": curve.pop("seconds"), "alignment": al.report, "mode": mode,
+                           "parameters": sum(p.numel() for p in ends[0].parameters())}
+    return {"task": ds.task, "points": points, "mode": mode, "results": results}
 
 
 def format_table(result: dict) -> str:

@@ -17,10 +17,13 @@ from glmc.adapters import adapter_for
 def harmonise(models: list) -> list:
     """Models with identical parameter names and shapes, so they can be averaged; raises a clear error if the
     architectures differ. A tied LM head is untied when another endpoint's is not."""
-    adapters = [adapter_for(m) for m in models]
-    tied = [a.is_tied(m) for a, m in zip(adapters, models)]
-    if len(set(tied)) > 1:
-        models = [a.untie(m) for a, m in zip(adapters, models)]
+    from glmc.circuit import CircuitModel
+
+    if not any(isinstance(m, CircuitModel) for m in models):
+        adapters = [adapter_for(m) for m in models]
+        tied = [a.is_tied(m) for a, m in zip(adapters, models)]
+        if len(set(tied)) > 1:
+            models = [a.untie(m) for a, m in zip(adapters, models)]
     shapes = [{k: tuple(v.shape) for k, v in m.state_dict().items()} for m in models]
     for i, s in enumerate(shapes[1:], 1):
         if s != shapes[0]:

@@ -49,7 +49,7 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
 
 
 def merge_models(models: list, method: str = "weight", weights=None, rounds: int = 3, iterations: int = 5,
-                 data=None, progress=True, **learned_options):
+                 data=None, progress=True, mode: str = "native", **learned_options):
     """(merged native model, aligned native models, report). Every aligned model is checked to keep its
     function (max |Δlogits| in the report)."""
     models, template, widened = _common_width(models)
@@ -61,7 +61,7 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
     transforms, log = universe_alignment(views, arch, weights, rounds, iterations, progress)
     report = {"method": method, "weights": weights, "universe": log, "widened": widened}
     if method == "learned":
-        transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress,
+        transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress, mode,
                                             **learned_options)
         report["learned"] = fit
     aligned_views = [t.apply(v, arch.n_layer) if t.elements else v for t, v in zip(transforms, views)]
@@ -92,7 +92,7 @@ def _common_width(models):
     return out, models[widest], widened
 
 
-def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=True, **options):
+def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=True, mode="native", **options):
     """Joint learned refinement: model 1 fixed (moved into the universe first), models 2…k learned."""
     from glmc.align.learned import LearnedMatcher
 
@@ -102,7 +102,8 @@ def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=T
     rel = [transforms[m] if not transforms[0].elements else transforms[m].then(transforms[0].inverse())
            for m in range(1, len(views))]
     template = adapter.from_canonical(views[0], models[0].cpu())
-    matcher = LearnedMatcher([views[0]] + views[1:], adapter, arch, template, data, rel, device=torch.device("cpu"))
+    matcher = LearnedMatcher([views[0]] + views[1:], adapter, arch, template, data, rel, device=torch.device("cpu"),
+                             mode=mode)
     fit = matcher.fit(progress=progress, **options)
     learned = fit.pop("transforms")
     return [Transform()] + learned, fit

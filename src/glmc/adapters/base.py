@@ -87,6 +87,12 @@ class Adapter:
         differentiable tensor ops only, so learned matching can back-propagate through it."""
         raise NotImplementedError
 
+    def io_spec(self, model) -> dict:
+        """What glmc's circuit-form model (glmc/circuit.py) needs to know about inputs and outputs: "input"
+        ("tokens" | "patches", with "channels" and "patch"), "causal", "pool" ("none" | "cls" | "avg") and an
+        "activation" name from transformers' ACT2FN. Raise UnsupportedModel for variants it cannot express."""
+        raise UnsupportedModel(f"the {self.family} adapter has no circuit form")
+
     def is_tied(self, model) -> bool:
         """Whether the output head shares its weights with the token embedding."""
         return False

@@ -74,6 +74,9 @@ class GPT2Adapter(Adapter):
                         f"blocks.{i}.mlp.out": block.mlp.c_proj})
         return out
 
+    def io_spec(self, model) -> dict:
+        return {"input": "tokens", "causal": True, "pool": "none", "activation": model.config.activation_function}
+
     def is_tied(self, model) -> bool:
         return bool(getattr(model.config, "tie_word_embeddings", True))
 

@@ -97,6 +97,13 @@ class HFViTAdapter(Adapter):
         v["head.b"] = sd[_head_key(model) + ".bias"].clone()
         return v
 
+    def io_spec(self, model) -> dict:
+        if type(model).__name__ != "ViTForImageClassification":
+            raise UnsupportedModel("circuit form: only ViTForImageClassification (ViTModel's pooler is not a head)")
+        conv = model.vit.embeddings.patch_embeddings.projection
+        return {"input": "patches", "channels": conv.in_channels, "patch": list(conv.kernel_size), "causal": False,
+                "pool": "cls", "activation": model.config.hidden_act}
+
     def hook_modules(self, model) -> dict:
         base = model.vit if hasattr(model, "vit") else model
         out = {}

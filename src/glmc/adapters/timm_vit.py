@@ -181,6 +181,25 @@ class TimmViTAdapter(Adapter):
         v["head.b"] = sd["head.bias"].clone()
         return v
 
+    def io_spec(self, model) -> dict:
+        acts = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu", "relu": "relu",
+                "silu": "silu"}
+        act = activation_name(model.blocks[0].mlp.act)
+        why = None
+        if model.cls_token is None or model.num_reg_tokens or model.no_embed_class or model.pos_embed is None:
+            why = "circuit form needs a class token, no register tokens and a position embedding covering it"
+        elif model.global_pool not in ("token", "avg") or (model.global_pool == "avg" and model.pool_include_prefix):
+            why = f"circuit form supports token or patch-average pooling, not {model.global_pool!r}"
+        elif not isinstance(model.blocks[0].attn.q_norm, nn.Identity):
+            why = "circuit form cannot express qk_norm (it normalises q and k, not their product)"
+        elif act not in acts:
+            why = f"activation {act!r}"
+        if why:
+            raise UnsupportedModel(why)
+        conv = model.patch_embed.proj
+        return {"input": "patches", "channels": conv.in_channels, "patch": list(conv.kernel_size), "causal": False,
+                "pool": "cls" if model.global_pool == "token" else "avg", "activation": acts[act]}
+
     def hook_modules(self, model) -> dict:
         out = {}
         for i, block in enumerate(model.blocks):

@@ -143,10 +143,16 @@ class LearnedMatcher:
     """Learns one transform per model m ≥ 1 that brings it to model 0 (the reference, held fixed)."""
 
     def __init__(self, views: list, adapter, arch, template, data, inits: list, permutations_only=False,
-                 soft=False, device=None):
-        self.adapter, self.arch, self.data, self.task = adapter, arch, data, data.task
+                 soft=False, device=None, mode: str = "native"):
+        self.adapter, self.arch, self.data, self.task, self.mode = adapter, arch, data, data.task, mode
         self.device = device or torch.device("cpu")
-        self.template = adapter.untie(template).to(self.device)
+        if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/circuit.py)
+            from glmc.circuit import circuit_model
+
+            template = circuit_model(template)
+        else:
+            template = adapter.untie(template)
+        self.template = template.to(self.device)
         for p in self.template.parameters():
             p.requires_grad_(False)
         self.views = [{k: v.to(self.device) for k, v in view.items()} for view in views]
@@ -160,6 +166,11 @@ class LearnedMatcher:
         if isinstance(weights, (int, float)):
             weights = [1.0 - weights, float(weights)]
         moved = self.moved(hard)
+        if self.mode == "circuit":
+            from glmc.circuit import circuit_params
+
+            reps = [circuit_params(m, self.arch.n_layer) for m in moved]
+            return self.template.state({k: sum(w * r[k] for w, r in zip(weights, reps)) for k in reps[0]})
         mixed = {k: sum(w * m[k] for w, m in zip(weights, moved)) for k in self.views[0]}
         return self.adapter.native_state(mixed, self.template)
 
@@ -241,7 +252,7 @@ class LearnedMatcher:
 def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str = "narrow",
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
-          seed: int = 0, **_):
+          seed: int = 0, mode: str = "native", **_):
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     if sampler not in LAMBDA_SAMPLERS:
@@ -250,14 +261,16 @@ def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bo
     device = next(model_a.parameters()).device
     init, wm_log = weight_matching(view_a, view_b, arch, iterations,
                                    "permutation" if permutations_only else "orthogonal",
-                                   head_maps=not permutations_only, progress=progress)
+                                   head_maps=not permutations_only and mode == "native", progress=progress)
     template = adapter.from_canonical(view_a, model_a.cpu())
     model_a.to(device)
-    m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], permutations_only, soft, device)
+    m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], permutations_only, soft, device,
+                       mode)
     fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
                 eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress)
     t = fit.pop("transforms")[0]
-    report = {"method": "learned-perm" if permutations_only else "learned", "soft": soft, "sampler": sampler,
+    report = {"method": "learned-perm" if permutations_only else "learned", "mode": mode, "soft": soft,
+              "sampler": sampler,
               "lr": lr, **fit, "weight_matching": wm_log, "transform": t.describe()}
     if soft:
         report["soft_endpoint_loss_change"] = _soft_endpoint_change(m, data, batch_size)

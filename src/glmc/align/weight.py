@@ -201,8 +201,9 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = 
 
 
 def align(model_a, model_b, iterations: int = 15, residual: str = "orthogonal", head_maps: bool = True,
-          progress: bool = True, **_):
+          progress: bool = True, mode: str = "native", **_):
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress)
     report = {"method": "weight", "residual": residual, "head_maps": head_maps, "iterations": log,
               "transform": t.describe()}

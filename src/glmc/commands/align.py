@@ -2,7 +2,8 @@
 
 import click
 
-from glmc.commands.common import data_options, load_eval_data, load_models, pick_device, save_like, write_json
+from glmc.commands.common import (data_options, load_eval_data, load_models, mode_option, pick_device, save_like,
+                                  write_json)
 
 
 @click.command("align")
@@ -28,10 +29,11 @@ from glmc.commands.common import data_options, load_eval_data, load_models, pick
 @click.option("--eval-every", default=50, show_default=True, help="Learned matching: validate every N steps.")
 @click.option("--patience", default=None, type=int, help="Learned matching: early stopping after N checks.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+@mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, residual, no_head_maps, act_batches, steps, epochs, minutes,
-            lr, sampler, soft, eval_every, patience, overwrite, progress, **data_kw):
+            lr, sampler, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
@@ -52,13 +54,18 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     t0 = time.perf_counter()
     al = align(a, b, method, data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps,
                progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr,
-               sampler=sampler, soft=soft, eval_every=eval_every, patience=patience)
+               sampler=sampler, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
     seconds = time.perf_counter() - t0
     report = {"schema": "glmc.align/1", "model_a": str(model_a), "model_b": str(model_b), "method": method,
               "seconds": seconds, **al.report}
     moved, source = (al.model_b, model_b) if al.moved == "B" else (al.model_a, model_a)
     with atomic_dir(out_dir) as tmp:
-        save_like(moved, source, tmp)
+        if mode == "circuit":  # the paper's form: circuit.safetensors + circuit_config.json
+            from glmc.circuit import circuit_model
+
+            circuit_model(moved.cpu()).write_files(tmp)
+        else:
+            save_like(moved, source, tmp)
         if al.transform is not None:
             al.transform.save(tmp / "transform.safetensors")
         write_json(tmp / "align.json", report)

@@ -2,7 +2,7 @@
 
 import click
 
-from glmc.commands.common import data_options, load_eval_data, load_models, pick_device, write_json
+from glmc.commands.common import data_options, load_eval_data, load_models, mode_option, pick_device, write_json
 
 
 @click.command("barrier")
@@ -18,9 +18,10 @@ from glmc.commands.common import data_options, load_eval_data, load_models, pick
 @click.option("--steps", default=None, type=int, help="Learned matching steps [300].")
 @click.option("--resolution", default=10, show_default=True, help="3 models: simplex grid steps per edge.")
 @click.option("--samples", default=64, show_default=True, help="More than 3 models: random simplex points.")
+@mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples, progress,
-            **data_kw):
+def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples, mode,
+            progress, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -35,10 +36,10 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     method_list = [m.strip() for m in methods.split(",") if m.strip()]
     if len(models) > 2:
         return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,
-                        json_path, plot_path)
+                        json_path, plot_path, mode)
     model_a, model_b = loaded
     result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
-                          align_options={"iterations": iterations, "steps": steps})
+                          align_options={"iterations": iterations, "steps": steps}, mode=mode)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
     click.echo(format_table(result))
     if json_path:
@@ -57,7 +58,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
 
 
 def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,
-             plot_path):
+             plot_path, mode):
     import time
 
     from glmc.merge import merge_models
@@ -70,7 +71,12 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
         t0 = time.perf_counter()
         aligned = [m.cpu() for m in models]
         if method != "none":
-            _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300)
+            _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300,
+                                            mode=mode)
+        if mode == "circuit":
+            from glmc.circuit import circuit_model
+
+            aligned = [circuit_model(m) for m in aligned]
         align_seconds = time.perf_counter() - t0
         surface = simplex_surface(aligned, batches, ds.task, resolution, samples, progress, label=method)
         results[method] = {**surface, **simplex_metrics(surface), "align_seconds": align_seconds,
@@ -79,7 +85,8 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
     for method, r in results.items():
         click.echo(f"{method:<10}{r['barrier']:>10.4f}{r['centre_excess']:>10.4f}{r['align_seconds']:>9.1f}"
                    f"{r['surface_seconds']:>9.1f}")
-    result = {"schema": "glmc.simplex/1", "models": [str(p) for p in paths], "task": ds.task, "results": results,
+    result = {"schema": "glmc.simplex/1", "models": [str(p) for p in paths], "task": ds.task, "mode": mode,
+              "results": results,
               **data_info}
     if json_path:
         write_json(json_path, result)

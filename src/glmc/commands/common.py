@@ -27,6 +27,12 @@ def data_options(f):
     return wrapper
 
 
+def mode_option(f):
+    return click.option("--mode", default="native", show_default=True, type=click.Choice(["native", "circuit"]),
+                        help="native: standard models of the original size; circuit: the paper's circuit form "
+                             "(heads as bias-augmented QK/OV circuits, interpolated whole).")(f)
+
+
 def pick_device(name: str):
     import torch
 

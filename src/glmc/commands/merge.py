@@ -2,7 +2,7 @@
 
 import click
 
-from glmc.commands.common import data_options, load_eval_data, load_models, pick_device, write_json
+from glmc.commands.common import data_options, load_eval_data, load_models, mode_option, pick_device, write_json
 
 
 @click.command("merge")
@@ -16,9 +16,10 @@ from glmc.commands.common import data_options, load_eval_data, load_models, pick
 @click.option("--steps", default=300, show_default=True, help="Learned refinement steps (λ ~ Dirichlet(0.1)).")
 @click.option("--lr", default=1e-3, show_default=True, help="Learned refinement learning rate.")
 @click.option("--overwrite", is_flag=True)
+@mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(models, out_dir, method, weights, rounds, iterations, steps, lr, overwrite, progress, **data_kw):
+def command(models, out_dir, method, weights, rounds, iterations, steps, lr, mode, overwrite, progress, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
     from pathlib import Path
@@ -39,13 +40,25 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, ove
     loaded = load_models(models, device)
     ds, batches, info = load_eval_data(models[0], **data_kw)
     merged, aligned, transforms, report = merge_models(
-        [m.cpu() for m in loaded], method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr)
+        [m.cpu() for m in loaded], method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
+        mode=mode)
+    if mode == "circuit":  # average whole circuits (the paper's form); the result is a glmc CircuitModel
+        from glmc.circuit import CircuitModel, circuit_model
+
+        circuits = [circuit_model(a) for a in aligned]
+        ws = w or [1 / len(circuits)] * len(circuits)
+        params = {k.replace("__", "."): sum(wi * dict(c.p.items())[k] for wi, c in zip(ws, circuits))
+                  for k in circuits[0].p}
+        merged = CircuitModel(circuits[0].config, params).eval()
     scores = {"merged": evaluate(merged, batches, ds.task)}
     for i, m in enumerate(loaded):
         scores[f"model{i + 1}"] = evaluate(m.cpu(), batches, ds.task)
     report.update({"schema": "glmc.merge/1", "models": [str(m) for m in models], "scores": scores, **info})
     with atomic_dir(out_dir) as tmp:
-        save_like(merged, models[0], tmp)
+        if mode == "circuit":
+            merged.write_files(tmp)
+        else:
+            save_like(merged, models[0], tmp)
         for i, (a, t) in enumerate(zip(aligned, transforms)):
             save_like(a, models[i], tmp / "aligned" / f"model{i + 1}")
             if t.elements:

@@ -1,0 +1,99 @@
+"""The paper's circuit form: exact logits for every family, invariance to per-head maps, save/load, CLI mode."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import run_cli, tiny_gpt2
+from glmc.adapters import adapter_for
+from glmc.circuit import CircuitModel, circuit_model, circuit_params, parameter_count
+from glmc.model_ops import canonical_view, logits
+from glmc.symmetry.random import random_class_element
+from glmc.verify import probe_inputs
+
+
+def _perturbed(model):
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n or "layernorm" in n:
+                p.add_(torch.randn_like(p) * 0.3)
+    return model.eval()
+
+
+def _vits():
+    import timm.models.vision_transformer as tv
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    hf = ViTForImageClassification(ViTConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                                             intermediate_size=64, image_size=8, patch_size=4, num_channels=1,
+                                             num_labels=3))
+    out = [("hf", _perturbed(hf))]
+    for pool in ("token", "avg"):
+        out.append((f"timm-{pool}", _perturbed(tv.VisionTransformer(
+            img_size=8, patch_size=4, in_chans=1, num_classes=3, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2,
+            global_pool=pool))))
+    return out
+
+
+@pytest.mark.parametrize("activation", ["gelu_new", "relu"])
+def test_gpt2_circuit_form_reproduces_logits(activation):
+    model = tiny_gpt2(activation=activation)
+    x = probe_inputs(model)
+    assert float((logits(model, x) - circuit_model(model)(input_ids=x)).abs().max()) <= 1e-4
+
+
+def test_vit_circuit_forms_reproduce_logits():
+    x = torch.randn(3, 1, 8, 8)
+    for name, model in _vits():
+        with torch.no_grad():
+            diff = (logits(model, x) - circuit_model(model)(pixel_values=x)).abs().max()
+        assert float(diff) <= 1e-4, name
+
+
+def test_circuits_absorb_per_head_invertible_maps():
+    model = tiny_gpt2()
+    view, adapter = canonical_view(model)
+    arch = adapter.arch(model)
+    gen = torch.Generator().manual_seed(0)
+    t = random_class_element("qk", arch, gen).then(random_class_element("ov", arch, gen))
+    a, b = circuit_params(view, arch.n_layer), circuit_params(t.apply(view, arch.n_layer), arch.n_layer)
+    assert (view["blocks.0.attn.q.w"] - t.apply(view, arch.n_layer)["blocks.0.attn.q.w"]).abs().max() > 0.1
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-4), k
+    assert parameter_count(a) > sum(v.numel() for v in view.values())  # circuits are larger than the native model
+
+
+def test_circuit_model_save_load(tmp_path):
+    model = tiny_gpt2()
+    c = circuit_model(model)
+    c.save(tmp_path / "c")
+    again = CircuitModel.load(tmp_path / "c")
+    x = probe_inputs(model)
+    assert torch.equal(c(input_ids=x), again(input_ids=x))
+
+
+def test_refused_variant_is_named():
+    import timm.models.vision_transformer as tv
+
+    from glmc.adapters import UnsupportedModel
+
+    m = tv.VisionTransformer(img_size=8, patch_size=4, in_chans=1, num_classes=3, embed_dim=32, depth=1,
+                             num_heads=4, reg_tokens=2)
+    with pytest.raises(UnsupportedModel, match="register"):
+        adapter_for(m).io_spec(m)
+
+
+def test_barrier_cli_in_circuit_mode(gpt2_pair, tmp_path):
+    run_cli("barrier", *gpt2_pair, "--align", "none,weight", "--mode", "circuit", "--points", 3, "--max-batches", 2,
+            "--json", tmp_path / "c.json", "--no-progress")
+    run_cli("barrier", *gpt2_pair, "--align", "none,weight", "--points", 3, "--max-batches", 2,
+            "--json", tmp_path / "n.json", "--no-progress")
+    circ = json.loads((tmp_path / "c.json").read_text())["results"]
+    nat = json.loads((tmp_path / "n.json").read_text())["results"]
+    assert circ["weight"]["parameters"] > nat["weight"]["parameters"]
+    # both forms compute the same endpoints
+    for m in ("none", "weight"):
+        assert circ[m]["loss_endpoints"] == pytest.approx(nat[m]["loss_endpoints"], abs=1e-4)
+    assert circ["weight"]["loss_barrier"] < circ["none"]["loss_barrier"]

@@ -1,0 +1,74 @@
+"""Many models (universe alignment, merge, simplex barrier) and mixed widths, on ViTs trained on digits."""
+
+import json
+
+from conftest import run_cli
+from glmc.align import align
+from glmc.merge import canonical_views, universe_alignment
+from glmc.models import load_model
+from glmc.simplex import simplex_metrics, simplex_points
+
+
+def test_simplex_grid():
+    pts = simplex_points(3, 4)
+    assert len(pts) == 15 and all(abs(sum(p) - 1) < 1e-12 for p in pts)
+    assert (1.0, 0.0, 0.0) in pts and (0.0, 0.0, 1.0) in pts
+    pts5 = simplex_points(5, samples=10)
+    assert len(pts5) == 5 + 1 + 10 + 10 and all(abs(sum(p) - 1) < 1e-9 for p in pts5)
+    flat = {"points": pts, "loss": [1.0] * len(pts)}
+    assert simplex_metrics(flat)["barrier"] == 0.0
+
+
+def test_universe_rounds_bring_models_together(vit_models):
+    models = [load_model(vit_models[k])[0] for k in ("w64s0", "w64s1", "w64s2")]
+    _, arch, views = canonical_views(models)
+    _, log = universe_alignment(views, arch, rounds=3, iterations=3)
+    assert log[-1]["spread"] <= log[0]["spread"]
+
+
+def test_merge_cli_writes_checked_standard_models(vit_models, tmp_path):
+    from transformers import ViTForImageClassification
+
+    paths = [vit_models[k] for k in ("w64s0", "w64s1", "w64s2")]
+    out = run_cli("merge", *paths, "--out", tmp_path / "merged", "--rounds", 2, "--iterations", 3,
+                  "--max-batches", 4, "--no-progress")
+    report = json.loads((tmp_path / "merged" / "merge.json").read_text())
+    assert max(report["max_dlogits"]) <= 1e-4, out
+    merged = ViTForImageClassification.from_pretrained(tmp_path / "merged")
+    assert merged.config.hidden_size == 64
+    for i in (1, 2, 3):
+        assert (tmp_path / "merged" / "aligned" / f"model{i}" / "config.json").is_file()
+    assert report["scores"]["merged"]["loss"] > 0
+
+
+def test_simplex_barrier_cli(vit_models, tmp_path):
+    paths = [vit_models[k] for k in ("w64s0", "w64s1", "w64s2")]
+    run_cli("barrier", *paths, "--align", "none,weight", "--resolution", 4, "--max-batches", 3,
+            "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png", "--no-progress")
+    res = json.loads((tmp_path / "s.json").read_text())
+    assert res["schema"] == "glmc.simplex/1"
+    none, weight = res["results"]["none"], res["results"]["weight"]
+    assert len(none["points"]) == 15
+    assert weight["barrier"] < none["barrier"]
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+
+
+def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
+    from glmc.align.common import max_logit_change
+
+    narrow, _ = load_model(vit_models["w32s3"])
+    wide, _ = load_model(vit_models["w64s0"])
+    al = align(narrow, wide, "weight", progress=False)
+    assert al.moved == "A" and al.model_a.config.hidden_size == 64
+    assert al.report["widened"]["embedding_max_dlogits"] <= 1e-4
+    assert max_logit_change(narrow, al.model_a) <= 1e-4  # the embedded, aligned narrow model keeps its function
+    out = run_cli("align", vit_models["w32s3"], vit_models["w64s0"], "--out", tmp_path / "n2w", "--iterations", 3,
+                  "--no-progress")
+    assert "embedded" in out
+    written, _ = load_model(tmp_path / "n2w")
+    assert written.config.hidden_size == 64
+    assert max_logit_change(narrow, written) <= 1e-4
+    run_cli("barrier", vit_models["w32s3"], vit_models["w64s0"], "--align", "none,weight", "--points", 3,
+            "--max-batches", 2, "--json", tmp_path / "b.json", "--no-progress")
+    res = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert set(res) == {"none", "weight"}
