@@ -62,8 +62,9 @@ class LoopResult:
     steps_done: int = 0
     best_step: int | None = None
     best_val: float = math.inf
-    stopped: str = "steps"
-    train_seconds: float = 0.0
+    stopped: str = "steps"  # what ended the run: steps, epochs, time or early (stopping)
+    train_seconds: float = 0.0  # the whole loop, periodic validation included
+    eval_seconds: float = 0.0  # periodic validation only
     samples: int = 0  # tokens for LMs, images for classifiers
     history: list = field(default_factory=list)
 
@@ -112,11 +113,11 @@ def snapshot(model) -> dict:
 def train_loop(model, ds, cfg: TrainConfig, progress=True) -> LoopResult:
     from tqdm.auto import tqdm
 
-    steps_per_epoch = ds.num_batches("train", cfg.batch_size)
-    total = total_steps(cfg, steps_per_epoch)
+    total = total_steps(cfg, ds.num_batches("train", cfg.batch_size))
     deadline = None if cfg.minutes is None else time.perf_counter() + 60 * cfg.minutes
     opt = make_optimizer(model, cfg)
-    result, best, bad, ema = LoopResult(), None, 0, None
+    result, best, bad, ema, shown = LoopResult(), None, 0, None, {}
+    result.stopped = "epochs" if cfg.steps is None and cfg.epochs is not None else "steps"
     horizon = total or 10**6  # time budget only: re-sized once the first 20 steps have been timed
     bar = tqdm(total=total, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
     stream = train_batches(ds, cfg)
@@ -132,18 +133,19 @@ def train_loop(model, ds, cfg: TrainConfig, progress=True) -> LoopResult:
         loss = _step(model, opt, batch, cfg)
         result.steps_done, result.samples = step + 1, result.samples + batch_samples(batch)
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
+        shown.update(loss=f"{ema:.3f}", lr=f"{opt.param_groups[0]['lr']:.1e}")
         bar.update(1)
-        bar.set_postfix(loss=f"{ema:.3f}", lr=f"{opt.param_groups[0]['lr']:.1e}", refresh=False)
+        bar.set_postfix(shown, refresh=False)
         if deadline is not None and total is None and step == 19:  # time budget only: size the schedule
-            horizon = max(20, int(20 * (deadline - start) / (time.perf_counter() - start)))
-            bar.total = horizon
-        last = total is not None and step + 1 == total
-        if (step + 1) % cfg.eval_every == 0 or last:
+            horizon = bar.total = max(20, int(20 * (deadline - start) / (time.perf_counter() - start)))
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
+            t = time.perf_counter()
             val = evaluate(model, ds.batches("val", cfg.eval_batch_size, max_batches=cfg.eval_batches))
+            result.eval_seconds += time.perf_counter() - t
             result.history.append({"step": step + 1, "train_loss": round(ema, 5), "val_loss": val["loss"],
                                    "val_acc": val["acc"], "lr": opt.param_groups[0]["lr"],
                                    "seconds": round(time.perf_counter() - start, 2)})
-            bar.set_postfix(loss=f"{ema:.3f}", val=f"{val['loss']:.3f}", refresh=False)
+            shown["val"] = f"{val['loss']:.3f}"
             if val["loss"] < result.best_val:
                 result.best_val, result.best_step, best, bad = val["loss"], step + 1, snapshot(model), 0
             else:
@@ -209,8 +211,10 @@ def fit(model, ds, cfg: TrainConfig, progress=True) -> dict:
     unit = "tokens" if ds.task == "lm" else "images"
     training = dict(asdict(cfg), optimizer="AdamW", schedule="warmup-cosine", steps_done=loop.steps_done,
                     best_step=loop.best_step, stopped=loop.stopped, history=loop.history)
-    timing = {"train_seconds": round(loop.train_seconds, 2), "eval_seconds": round(time.perf_counter() - t, 2),
-              f"{unit}_seen": loop.samples, f"{unit}_per_second": round(loop.samples / max(loop.train_seconds, 1e-9), 1)}
+    optimising = max(loop.train_seconds - loop.eval_seconds, 1e-9)
+    timing = {"train_seconds": round(loop.train_seconds, 2), "periodic_eval_seconds": round(loop.eval_seconds, 2),
+              "final_eval_seconds": round(time.perf_counter() - t, 2), f"{unit}_seen": loop.samples,
+              f"{unit}_per_second": round(loop.samples / optimising, 1)}  # optimisation steps only
     return {"training": training, "metrics": metrics, "timing": timing}
 
 

@@ -6,8 +6,8 @@ Sources (the part of a data spec called "source"):
   near-duplicates of the same plays, and a contiguous split would then leak test plays into training.
 - ``text:PATH``: any UTF-8 file.
 
-The split is contiguous on characters (90/5/5 by default), with each cut moved forward to the next start
-of a line that begins with a non-space character. Splitting the text rather than the token stream gives
+The split is contiguous on characters (90/5/5 by default), with each cut moved forward to the next single
+newline between two non-space characters. Splitting the text rather than the token stream gives
 every tokenizer the same split and lets the BPE tokenizer be trained on the training part only; cutting
 there never changes how GPT-2-style byte-level BPE (or a character tokenizer) cuts the text around it, so
 the pieces tokenize exactly like the whole.
@@ -63,14 +63,15 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-_SAFE_CUT = re.compile(r"\n(?=\S)")
+_SAFE_CUT = re.compile(r"(?<=\S)\n(?=\S)")
 
 
 def safe_cut(text: str, pos: int) -> int:
-    """First index >= pos just after a newline and before a non-space character (or len(text)).
+    """First index >= pos just after a newline that has non-space characters on both sides (or len(text)).
 
-    GPT-2's pre-tokenizer regex never joins a newline with a following letter, digit or punctuation mark,
-    so cutting there tokenizes identically (a cut before spaces would not: "\n " is one pre-token)."""
+    GPT-2's pre-tokenizer regex makes such a newline a pre-token of its own, so cutting after it tokenizes
+    identically. Elsewhere it would not: "\n " is one pre-token, and "\n\n" before a letter is two
+    pre-tokens but one at the end of a piece."""
     if pos <= 0:
         return 0
     m = _SAFE_CUT.search(text, pos - 1)
