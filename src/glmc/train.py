@@ -10,6 +10,22 @@ order (epoch e of the training split is drawn with seed ``seed * 1_000_003 + e``
 thread count the same seed gives bit-identical weights, unless a ``minutes`` budget cuts the run short.
 Final metrics are measured in float32 on fixed batches (recorded in glmc.json under "eval"), so
 ``evaluate(load_model(dir)[0], ds.batches("test", eval_batch_size))`` reproduces them exactly.
+
+glmc.json (the record written beside the weights)::
+
+    glmc_version, kind ("trained-endpoint"), family ("gpt2" | "hf-vit" | "timm-vit")
+    model        build_model(family, **model) rebuilds the architecture (vocab/context/image sizes included)
+    data         the completed data spec: glmc.data.load(record["data"]) rebuilds the data set and its batches
+    tokenizer    LMs only: {"kind", "vocab_size"}; the tokenizer files themselves sit in the same directory
+    training     TrainConfig fields + optimizer, schedule, steps_done, best_step (weights kept), stopped
+                 ("steps" | "epochs" | "time" | "early") and history (step, train_loss, val_loss, val_acc, lr, seconds)
+    metrics      {"train" | "val" | "test": {"loss", "acc", "n"}}: final weights, float32, eval batch size;
+                 train = the first train_eval_batches training batches in order, val/test = the whole split
+    eval         {"batch_size", "dtype", "split_batches"}: how to reproduce the metrics
+    baseline     LMs only: {"unigram_test_loss"}: test cross-entropy under the training unigram distribution
+    timing       wall_seconds (data + training + evaluation), train_seconds, periodic_eval_seconds,
+                 final_eval_seconds, tokens_seen / images_seen, tokens_per_second / images_per_second
+    environment  device, torch, transformers, threads, machine, python
 """
 
 import math
