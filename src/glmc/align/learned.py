@@ -33,6 +33,8 @@ from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
 from glmc.symmetry.spec import actions
 from glmc.symmetry.transform import Transform
 
+DEFAULT_STEPS = 400  # when no budget is given: ~2 min for the demo GPT-2 on 2 CPU cores
+
 LAMBDA_SAMPLERS = {
     "narrow": lambda rng: rng.uniform(0.4, 0.6),
     "uniform": lambda rng: rng.uniform(0.0, 1.0),
@@ -191,7 +193,8 @@ class LearnedMatcher:
         return [lat.transform() for lat in self.latents]
 
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
-            sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True) -> dict:
+            sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True,
+            perm_lr=0.02) -> dict:
         rng = random.Random(seed)
         torch.manual_seed(seed)
         k = len(self.views)
@@ -201,8 +204,15 @@ class LearnedMatcher:
         per_epoch = self.data.num_batches("train", batch_size)
         total = steps or (math.ceil(epochs * per_epoch) if epochs else None)
         if total is None and minutes is None:
-            total = 300
-        opt = torch.optim.AdamW(self.latents.parameters(), lr=lr, weight_decay=weight_decay)
+            total = DEFAULT_STEPS
+        # permutation latents start one-hot: an assignment flips only once entries move by ~1, so they get
+        # their own (larger) learning rate; orthogonal and GL latents move at `lr`
+        perm = [p for lat in self.latents for p in lat.perms.values()]
+        if self.latents[0].perm_only:
+            perm += [lat.res for lat in self.latents]
+        rest = [p for p in self.latents.parameters() if all(p is not q for q in perm)]
+        opt = torch.optim.AdamW([{"params": rest, "lr": lr}, {"params": perm, "lr": perm_lr}],
+                                weight_decay=weight_decay)
         horizon = total or 10**9
         warm = max(1, int(warmup * horizon)) if total else 10
 
@@ -232,7 +242,7 @@ class LearnedMatcher:
             step += 1
             step_times.append(time.perf_counter() - ts)
             bar.update(1)
-            bar.set_postfix(loss=f"{float(loss):.4f}", best=f"{best['val_barrier']:.4f}")
+            bar.set_postfix(loss=f"{float(loss):.4f}", best=f"{float(best['val_barrier']):.4f}")
             if step % eval_every == 0 or step == total:
                 b = score()
                 history.append({"step": step, "val_barrier": b, "train_loss": float(loss)})
@@ -252,7 +262,7 @@ class LearnedMatcher:
 def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str = "narrow",
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
-          seed: int = 0, mode: str = "native", **_):
+          seed: int = 0, mode: str = "native", perm_lr: float = 0.02, **_):
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     if sampler not in LAMBDA_SAMPLERS:
@@ -267,7 +277,8 @@ def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bo
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], permutations_only, soft, device,
                        mode)
     fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
-                eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress)
+                eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress,
+                perm_lr=perm_lr)
     t = fit.pop("transforms")[0]
     report = {"method": "learned-perm" if permutations_only else "learned", "mode": mode, "soft": soft,
               "sampler": sampler,
