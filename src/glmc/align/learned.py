@@ -242,10 +242,10 @@ class LearnedMatcher:
             step += 1
             step_times.append(time.perf_counter() - ts)
             bar.update(1)
-            bar.set_postfix(loss=f"{float(loss):.4f}", best=f"{float(best['val_barrier']):.4f}")
+            bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{float(best['val_barrier']):.4f}")
             if step % eval_every == 0 or step == total:
                 b = score()
-                history.append({"step": step, "val_barrier": b, "train_loss": float(loss)})
+                history.append({"step": step, "val_barrier": b, "train_loss": loss.item()})
                 if b < best["val_barrier"]:
                     best, bad = {"step": step, "val_barrier": b, "transforms": self.transforms()}, 0
                 else:
