@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from glmc.symmetry.spec import WRITERS
+from glmc.symmetry.spec import WRITERS, expand_keys
 
 # norm -> the readers behind it: (weight key, bias key or None)
 NORM_READERS = {
@@ -24,10 +24,6 @@ NORM_READERS = {
 }
 LAYER_SCALE = {"blocks.{i}.ls1": ("blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b"),
                "blocks.{i}.ls2": ("blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b")}
-
-
-def _expand(template: str, n_layer: int) -> list[str]:
-    return [template.format(i=i) for i in range(n_layer)] if "{i}" in template else [template]
 
 
 def fold_norms(view: dict, n_layer: int) -> dict:
@@ -64,11 +60,9 @@ def fold_layer_scale(view: dict, n_layer: int) -> dict:
 
 def centre_writers(view: dict, n_layer: int) -> dict:
     v = dict(view)
-    for t in WRITERS:
-        for k in _expand(t, n_layer):
-            if k in v:
-                x = v[k].double()
-                v[k] = (x - x.mean(-1, keepdim=True)).to(v[k].dtype)
+    for k in expand_keys(WRITERS, n_layer, v):
+        x = v[k].double()
+        v[k] = (x - x.mean(-1, keepdim=True)).to(v[k].dtype)
     return v
 
 
@@ -82,8 +76,7 @@ def is_canonical(view: dict, n_layer: int, atol: float = 1e-5) -> bool:
         if k.endswith((".ln1.w", ".ln2.w", "ls1", "ls2")) or k == "ln_final.w":
             if not torch.all(t == 1):
                 return False
-    for t in WRITERS:
-        for k in _expand(t, n_layer):
-            if k in view and view[k].double().mean(-1).abs().max() > atol * max(1.0, float(view[k].abs().max())):
-                return False
+    for k in expand_keys(WRITERS, n_layer, view):
+        if view[k].double().mean(-1).abs().max() > atol * max(1.0, float(view[k].abs().max())):
+            return False
     return True

@@ -26,14 +26,7 @@ def plot_curves(curves: dict, path, title: str = "", show_acc: bool = True) -> P
     for ax in axes[0]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
-    plt.close(fig)
-    return path
+    return _save(fig, path, title)
 
 
 def plot_simplex(surfaces: dict, path, title: str = "") -> Path:
@@ -65,6 +58,12 @@ def plot_simplex(surfaces: dict, path, title: str = "") -> Path:
         ax.set_aspect("equal")
         ax.axis("off")
         fig.colorbar(cs, ax=ax, shrink=0.7, label="excess loss")
+    return _save(fig, path, title)
+
+
+def _save(fig, path, title: str) -> Path:
+    import matplotlib.pyplot as plt
+
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -16,7 +16,7 @@ import torch
 
 from glmc.adapters.base import Arch
 from glmc.symmetry.groups import LinearMap, ones_complement_basis, random_orthogonal, zero_pad
-from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS
+from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
 
 
@@ -33,28 +33,18 @@ def random_mean_preserving_embedding(n: int, m: int, gen: torch.Generator) -> to
     return mean_preserving_embedding(n, m, q)
 
 
-def _keys(templates, n_layer, view):
-    out = []
-    for t in templates:
-        for i in range(n_layer) if "{i}" in t else [None]:
-            k = t.format(i=i)
-            if k in view:
-                out.append(k)
-    return out
-
-
 def embed_residual(view: dict, arch: Arch, o: torch.Tensor) -> dict:
     n, m = o.shape
     c = math.sqrt(n / m)
     v = dict(view)
     lm = LinearMap(o)
-    for k in _keys(WRITERS, arch.n_layer, view):
+    for k in expand_keys(WRITERS, arch.n_layer, view):
         v[k] = lm.act(v[k], -1, "co")
-    for k in _keys(NORM_BIASES, arch.n_layer, view):
+    for k in expand_keys(NORM_BIASES, arch.n_layer, view):
         v[k] = lm.act(v[k], -1, "co") / c
-    for k in _keys(READERS, arch.n_layer, view):
+    for k in expand_keys(READERS, arch.n_layer, view):
         v[k] = lm.act(v[k], -1, "contra") * c
-    for k in _keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w", "blocks.{i}.ls1", "blocks.{i}.ls2"],
+    for k in expand_keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w", "blocks.{i}.ls1", "blocks.{i}.ls2"],
                    arch.n_layer, view):
         if not torch.all(v[k] == 1):
             raise ValueError("embed a canonical view: LayerNorm gains and LayerScale must be folded first")

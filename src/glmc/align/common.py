@@ -6,7 +6,7 @@ import torch
 
 from glmc.adapters import adapter_for
 from glmc.canonical import canonicalise
-from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS
+from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
 
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
@@ -33,13 +33,7 @@ def _to_cpu(view):
 
 
 def residual_keys(view, n_layer: int) -> list[str]:
-    out = []
-    for t in RESIDUAL_KEYS:
-        for i in range(n_layer) if "{i}" in t else [None]:
-            k = t.format(i=i)
-            if k in view:
-                out.append(k)
-    return out
+    return expand_keys(RESIDUAL_KEYS, n_layer, view)
 
 
 def view_distance(view_a: dict, view_b: dict) -> float:

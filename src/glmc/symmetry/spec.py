@@ -68,6 +68,17 @@ def actions(n_layer: int, keys) -> dict[str, list[Action]]:
     return out
 
 
+def expand_keys(templates, n_layer: int, keys=None) -> list[str]:
+    """Key templates instantiated for every block ({i}), kept only if present in `keys` (when given)."""
+    out = []
+    for t in templates:
+        for i in range(n_layer) if "{i}" in t else [None]:
+            k = t.format(i=i)
+            if keys is None or k in keys:
+                out.append(k)
+    return out
+
+
 def group_rank(name: str) -> tuple:
     base, _, idx = name.partition(".")
     return (GROUP_ORDER.index(base), int(idx) if idx else -1)
