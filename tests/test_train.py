@@ -82,3 +82,13 @@ def test_cli_train_vit_timm_and_summary(tmp_path):
     assert (out / "timm_config.json").is_file()
     again = CliRunner().invoke(main, args)
     assert again.exit_code != 0 and "--overwrite" in again.output
+
+
+def test_minutes_budget_stops_on_time_and_keeps_the_best_weights():
+    ds = D.load("digits")
+    seed_everything(0)
+    model = build_model("hf-vit", **VIT_SHAPE, **data_shape("hf-vit", ds, VIT_SHAPE))
+    cfg = TrainConfig(minutes=0.03, batch_size=16, eval_every=10**6, eval_batch_size=256)
+    loop = train_loop(model, ds, cfg, progress=False)
+    assert loop.stopped == "time" and loop.steps_done >= 1
+    assert loop.history[-1]["step"] == loop.steps_done == loop.best_step  # final weights validated at the end
