@@ -9,6 +9,13 @@ import tempfile
 from pathlib import Path
 
 
+def _default_mode(directory: bool) -> int:
+    # mkstemp/mkdtemp create private (0600/0700) entries; outputs should get the usual umask-based mode
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yields a temporary file path beside `path`; renames it onto `path` only if the block succeeds."""
@@ -18,6 +25,7 @@ def atomic_path(path):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, _default_mode(False))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -34,6 +42,7 @@ def atomic_dir(path, overwrite: bool = True):
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        os.chmod(tmp, _default_mode(True))
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -54,7 +54,7 @@ def plot_simplex(surfaces: dict, path, title: str = "") -> Path:
         for (vx, vy), name in zip([(0, 0), (1, 0), (0.5, np.sqrt(3) / 2)], ["M1", "M2", "M3"]):
             ax.annotate(name, (vx, vy), textcoords="offset points", xytext=(0, -12 if vy == 0 else 4),
                         ha="center", fontsize=8)
-        ax.set_title(f"{method}: barrier {max(s['excess']):.3f}", fontsize=9)
+        ax.set_title(f"{method}: barrier {max(s['excess']):.3f}", fontsize=9, pad=16)
         ax.set_aspect("equal")
         ax.axis("off")
         fig.colorbar(cs, ax=ax, shrink=0.7, label="excess loss")
