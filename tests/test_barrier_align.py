@@ -93,4 +93,7 @@ def test_align_cli_writes_a_checked_standard_checkpoint(gpt2_pair, tmp_path):
     report = json.loads((tmp_path / "b_aligned" / "align.json").read_text())
     assert report["method"] == "weight" and report["distance_after"] < report["distance_before"]
     assert (tmp_path / "b_aligned" / "transform.safetensors").is_file()
+    # outputs are readable by others, like any file the user writes (temp files are created private)
+    assert (tmp_path / "b_aligned").stat().st_mode & 0o055
+    assert (tmp_path / "b_aligned" / "align.json").stat().st_mode & 0o044
     assert (tmp_path / "b_aligned" / "glmc.json").is_file()
