@@ -72,3 +72,17 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
             "--max-batches", 2, "--json", tmp_path / "b.json", "--no-progress")
     res = json.loads((tmp_path / "b.json").read_text())["results"]
     assert set(res) == {"none", "weight"}
+
+
+def test_merge_in_circuit_mode_writes_a_circuit_model(vit_models, tmp_path):
+    from glmc.circuit import CircuitModel
+
+    paths = [vit_models[k] for k in ("w64s0", "w64s1", "w64s2")]
+    run_cli("merge", *paths, "--mode", "circuit", "--out", tmp_path / "mc", "--rounds", 1, "--iterations", 2,
+            "--max-batches", 2, "--no-progress")
+    merged = CircuitModel.load(tmp_path / "mc")
+    report = json.loads((tmp_path / "mc" / "merge.json").read_text())
+    assert max(report["max_dlogits"]) <= 1e-4
+    import torch
+
+    assert merged(pixel_values=torch.randn(2, 1, 8, 8)).shape == (2, 10)
