@@ -33,7 +33,7 @@ from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
 from glmc.symmetry.spec import actions
 from glmc.symmetry.transform import Transform
 
-DEFAULT_STEPS = 400  # when no budget is given: ~2 min for the demo GPT-2 on 2 CPU cores
+DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
 
 LAMBDA_SAMPLERS = {
     "narrow": lambda rng: rng.uniform(0.4, 0.6),

@@ -19,7 +19,7 @@ from glmc.commands.common import (data_options, load_eval_data, load_models, mod
 @click.option("--no-head-maps", is_flag=True, help="Weight matching without the per-head invertible maps.")
 @click.option("--batches", "act_batches", default=32, show_default=True,
               help="Activation matching: training batches to correlate.")
-@click.option("--steps", default=None, type=int, help="Learned matching: optimiser steps [400].")
+@click.option("--steps", default=None, type=int, help="Learned matching: optimiser steps [300].")
 @click.option("--epochs", default=None, type=float, help="Learned matching: passes over the training split.")
 @click.option("--minutes", default=None, type=float, help="Learned matching: wall-clock budget.")
 @click.option("--lr", default=1e-3, show_default=True, help="Learned matching: peak learning rate (AdamW).")

@@ -15,7 +15,7 @@ from glmc.commands.common import data_options, load_eval_data, load_models, mode
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the per-λ curves as CSV here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss/accuracy figure here.")
 @click.option("--iterations", default=15, show_default=True, help="Weight-matching iterations.")
-@click.option("--steps", default=None, type=int, help="Learned matching steps [400].")
+@click.option("--steps", default=None, type=int, help="Learned matching steps [300].")
 @click.option("--resolution", default=10, show_default=True, help="3 models: simplex grid steps per edge.")
 @click.option("--samples", default=64, show_default=True, help="More than 3 models: random simplex points.")
 @mode_option
@@ -71,7 +71,7 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
         t0 = time.perf_counter()
         aligned = [m.cpu() for m in models]
         if method != "none":
-            _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 400,
+            _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300,
                                             mode=mode)
         if mode == "circuit":
             from glmc.circuit import circuit_model
