@@ -12,15 +12,15 @@ import time
 
 import torch
 
-from glmc.align.common import canonical_pair, max_logit_change
+from glmc.align.common import canonical_cpu_view, check_compatible, max_logit_change
 from glmc.align.weight import weight_matching
 from glmc.symmetry.transform import Transform
 
 
 def canonical_views(models: list):
-    adapter, arch, view0, _ = canonical_pair(models[0], models[0])
-    views = [view0] + [canonical_pair(models[0], m)[3] for m in models[1:]]
-    return adapter, arch, views
+    for m in models[1:]:
+        adapter, arch = check_compatible(models[0], m)
+    return adapter, arch, [canonical_cpu_view(adapter, m) for m in models]
 
 
 def average(views: list, weights) -> dict:

@@ -12,8 +12,8 @@ from glmc.symmetry.transform import Transform
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
 
 
-def canonical_pair(model_a, model_b):
-    """(adapter, arch, canonical view of A, canonical view of B); refuses pairs of different architectures."""
+def check_compatible(model_a, model_b):
+    """(adapter, arch) shared by both models; refuses pairs of different families or shapes."""
     adapter = adapter_for(model_a)
     if adapter_for(model_b).family != adapter.family:
         raise ValueError(f"cannot align a {adapter.family} model with a {adapter_for(model_b).family} model")
@@ -23,9 +23,18 @@ def canonical_pair(model_a, model_b):
         raise ValueError("models differ in shape "
                          f"({', '.join(f'{k} {getattr(arch_a, k)} vs {getattr(arch_b, k)}' for k in shape)}); "
                          "embed the narrower one first (glmc align NARROW WIDE)")
-    view_a = canonicalise(_to_cpu(adapter.to_canonical(model_a)), arch_a.n_layer)
-    view_b = canonicalise(_to_cpu(adapter.to_canonical(model_b)), arch_b.n_layer)
-    return adapter, arch_a, view_a, view_b
+    return adapter, arch_a
+
+
+def canonical_pair(model_a, model_b):
+    """(adapter, arch, canonical view of A, canonical view of B); refuses pairs of different architectures."""
+    adapter, arch = check_compatible(model_a, model_b)
+    return adapter, arch, canonical_cpu_view(adapter, model_a), canonical_cpu_view(adapter, model_b)
+
+
+def canonical_cpu_view(adapter, model) -> dict:
+    """The model's canonical view, canonicalised, as float32 CPU tensors detached from the model."""
+    return canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model).n_layer)
 
 
 def _to_cpu(view):
