@@ -74,6 +74,23 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
     assert set(res) == {"none", "weight"}
 
 
+def test_learned_narrow_to_wide_trains_the_whole_path(vit_models):
+    """Width pairs default to λ ~ U(0, 1) and keep the best latents by the worst of three interior points."""
+    import glmc.data
+    from glmc.align.common import max_logit_change
+
+    narrow, _ = load_model(vit_models["w32s3"])
+    wide, _ = load_model(vit_models["w64s0"])
+    ds = glmc.data.load_for_model(vit_models["w64s0"])
+    al = align(narrow, wide, "learned", data=ds, steps=10, eval_every=5, eval_batches=2, iterations=2,
+               progress=False)
+    assert al.report["sampler"] == "uniform"
+    assert max_logit_change(narrow, al.model_a) <= 1e-4
+    same = align(load_model(vit_models["w64s1"])[0], wide, "learned", data=ds, steps=2, eval_every=2,
+                 eval_batches=1, iterations=1, progress=False)
+    assert same.report["sampler"] == "narrow"  # equal widths keep the paper's U(0.4, 0.6)
+
+
 def test_merge_in_circuit_mode_writes_a_circuit_model(vit_models, tmp_path):
     from glmc.circuit import CircuitModel
 

@@ -41,6 +41,9 @@ LAMBDA_SAMPLERS = {
     "fixed": lambda rng: 0.5,
     "gaussian": lambda rng: min(1.0, max(0.0, rng.gauss(0.5, 0.1))),
 }
+# where validation scores the barrier of a pair: the centre, or for samplers that train the whole path, the
+# worst of three interior points (the barrier of a path between unequal models is rarely at λ = 0.5)
+SCORE_POINTS = {"uniform": (0.25, 0.5, 0.75)}
 
 
 class Latents(torch.nn.Module):
@@ -222,8 +225,11 @@ class LearnedMatcher:
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
 
-        def score():  # barrier at the centre of the path / simplex, hard projection, validation batches
-            return self.mean_loss(val, centre) - sum(ends) / k
+        def score():  # excess loss at the centre of the simplex / worst probe of the path, hard projection
+            if k > 2:
+                return self.mean_loss(val, centre) - sum(ends) / k
+            return max(self.mean_loss(val, t) - ((1 - t) * ends[0] + t * ends[1])
+                       for t in SCORE_POINTS.get(sampler, (0.5,)))
 
         best = {"step": 0, "val_barrier": score(), "transforms": self.transforms()}
         history = [{"step": 0, "val_barrier": best["val_barrier"]}]
@@ -260,11 +266,12 @@ class LearnedMatcher:
 
 
 def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
-          progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str = "narrow",
+          progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str | None = None,
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
           seed: int = 0, mode: str = "native", perm_lr: float = 0.02, **_):
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
+    sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)
     if sampler not in LAMBDA_SAMPLERS:
         raise ValueError(f"unknown λ sampler {sampler!r}; choose from {', '.join(LAMBDA_SAMPLERS)}")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)

@@ -23,8 +23,9 @@ from glmc.commands.common import (data_options, load_eval_data, load_models, mod
 @click.option("--epochs", default=None, type=float, help="Learned matching: passes over the training split.")
 @click.option("--minutes", default=None, type=float, help="Learned matching: wall-clock budget.")
 @click.option("--lr", default=1e-3, show_default=True, help="Learned matching: peak learning rate (AdamW).")
-@click.option("--sampler", default="narrow", show_default=True,
-              type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]), help="Learned matching: λ sampler.")
+@click.option("--sampler", default=None, type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]),
+              help="Learned matching: λ sampler [narrow: U(0.4, 0.6); uniform: U(0, 1) for models of different "
+                   "widths].")
 @click.option("--soft", is_flag=True, help="Learned matching: Sinkhorn soft permutations (rounded at the end).")
 @click.option("--eval-every", default=50, show_default=True, help="Learned matching: validate every N steps.")
 @click.option("--patience", default=None, type=int, help="Learned matching: early stopping after N checks.")
