@@ -33,7 +33,8 @@ def test_hungarian_straight_through():
 
 
 def test_sinkhorn_is_doubly_stochastic():
-    s = sinkhorn(torch.randn(6, 6), tau=0.5, iterations=50)
+    # seeded: with too few iterations some draws converge slower than 1e-4 (the earlier unseeded test flaked)
+    s = sinkhorn(torch.randn(6, 6, generator=torch.Generator().manual_seed(0)), tau=0.5, iterations=200)
     assert torch.allclose(s.sum(0), torch.ones(6), atol=1e-4) and torch.allclose(s.sum(1), torch.ones(6), atol=1e-4)
 
 
