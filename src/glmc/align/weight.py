@@ -9,7 +9,8 @@ Minimises the weight distance Σ_t ‖A_t − π(B)_t‖² over the symmetry gro
      (token/patch/position embeddings, class token), the one place the stream's basis is pinned before any
      block is matched. Measured on trained pairs (python benchmarks/barriers.py, 40 test batches), these two
      choices took ViT/MNIST from 30 % to 23 % of the vanilla barrier, ViT/Fashion-MNIST from 20 % to 15 %,
-     GPT-2/Shakespeare from 15.2 % to 14.6 %.
+     GPT-2/Shakespeare from 15.2 % to 14.6 %. Learned matching starts from the unweighted fit (`balanced=False`),
+     from which its 300 steps end lower on GPT-2 (4.4 % against 6.0 %).
   2. per layer, given O: heads by linear assignment on ⟨QK_A,h, QK_B,j⟩ + ⟨OV_A,h, OV_B,j⟩ with bias-augmented
      circuits, computed from d_head×d_head Gram blocks (⟨XᵀY, X′ᵀY′⟩ = Σ (X·X′ᵀ) ⊙ (Y·Y′ᵀ)), never d×d;
   3. per head, invertible maps that bring B's factors onto A's: with C = Aᵀ acting as q ↦ C·q, k ↦ C^-T·k
@@ -35,17 +36,19 @@ from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
 from glmc.symmetry.transform import Transform
 
 INIT_KEYS = ("embed", "pos_embed", "patch.w", "patch.b", "cls", "registers")
+RAW_INIT_KEYS = INIT_KEYS + ("head.w",)  # balanced=False: the unweighted variant also starts from the head
 
 
 # --- step 1: residual -----------------------------------------------------------------------------------------
 
-def residual_cross(view_a: dict, view_b: dict, keys) -> torch.Tensor:
-    """M = Σ_t B_tᵀ·A_t / (‖A_t‖·‖B_t‖) (d×d) over the given residual-touching tensors."""
+def residual_cross(view_a: dict, view_b: dict, keys, balanced: bool = True) -> torch.Tensor:
+    """M = Σ_t B_tᵀ·A_t / (‖A_t‖·‖B_t‖) (d×d) over the given residual-touching tensors (unweighted Σ B_tᵀ·A_t
+    when not `balanced`)."""
     d = view_a[keys[0]].shape[-1]
     m = torch.zeros(d, d, dtype=torch.float64)
     for k in keys:
         a, b = view_a[k].double().reshape(-1, d), view_b[k].double().reshape(-1, d)
-        m += b.T @ a / (a.norm() * b.norm()).clamp_min(1e-30)
+        m += b.T @ a / ((a.norm() * b.norm()).clamp_min(1e-30) if balanced else 1.0)
     return m
 
 
@@ -174,13 +177,14 @@ def match_inner(view_a, rotated_b, arch, head_maps: bool = True) -> Transform:
 
 
 def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = "orthogonal",
-                    head_maps: bool = True, progress: bool = True, log=None):
-    """(Transform π with π(B) ≈ A, per-iteration log)."""
+                    head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True):
+    """(Transform π with π(B) ≈ A, per-iteration log). `balanced=False`: the unweighted residual fit started
+    from the embeddings and the head, the variant learned matching starts from (see glmc/align/learned.py)."""
     log = [] if log is None else log
     keys_all = residual_keys(view_a, arch.n_layer)
-    init = [k for k in keys_all if k in INIT_KEYS]
+    init = [k for k in keys_all if k in (INIT_KEYS if balanced else RAW_INIT_KEYS)]
     t0 = time.perf_counter()
-    res = solve_residual(residual_cross(view_a, view_b, init), residual)
+    res = solve_residual(residual_cross(view_a, view_b, init, balanced), residual)
     best, best_dist = None, view_distance(view_a, view_b)
     log.append({"step": "start", "distance": best_dist})
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
@@ -190,7 +194,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = 
         inner = match_inner(view_a, rotated, arch, head_maps)
         t2 = time.perf_counter()
         moved_inner = inner.apply(view_b, arch.n_layer)
-        res = solve_residual(residual_cross(view_a, moved_inner, keys_all), residual)
+        res = solve_residual(residual_cross(view_a, moved_inner, keys_all, balanced), residual)
         t3 = time.perf_counter()
         full = Transform({"residual": res, **inner.elements})
         dist = view_distance(view_a, full.apply(view_b, arch.n_layer))
