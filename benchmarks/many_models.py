@@ -44,6 +44,7 @@ def main(argv=None):
     ap.add_argument("--learned-steps", type=int, default=300)
     ap.add_argument("--width", type=int, default=128, help="the wide models' residual width")
     ap.add_argument("--train-args", default="")
+    ap.add_argument("--experiments", default="simplex,widths", help="which parts to run: simplex, widths")
     args = ap.parse_args(argv)
 
     import glmc.data
@@ -58,12 +59,14 @@ def main(argv=None):
     rows, results = [], {}
     args.out.mkdir(parents=True, exist_ok=True)
     for task in args.tasks.split(","):
-        paths = [trained(task, s, args.cache, extra) for s in (0, 1, 2)]
+        parts = args.experiments.split(",")
+        seeds = (0, 1, 2) if "simplex" in parts else (0,)
+        paths = [trained(task, s, args.cache, extra) for s in seeds]
         models = [load_model(p)[0] for p in paths]
         ds = glmc.data.load_for_model(paths[0])
         batches = list(ds.batches("test", 32, max_batches=args.max_batches, shuffle=False))
         surfaces, vanilla = {}, None
-        for method in ("none", "weight", "learned"):
+        for method in ("none", "weight", "learned") if "simplex" in parts else ():
             t0 = time.perf_counter()
             aligned = models if method == "none" else merge_models(models, method, data=ds, progress=False,
                                                                    steps=args.learned_steps)[1]
@@ -76,22 +79,26 @@ def main(argv=None):
                    "pct_of_vanilla": 100 * m["barrier"] / vanilla, "align_s": seconds}
             rows.append(row)
             print(json.dumps(row), flush=True)
-        plot_simplex(surfaces, args.out / f"simplex-{task}.png", title=f"{task}: excess loss over the simplex")
-        results[f"{task}/simplex"] = surfaces
+        if surfaces:
+            plot_simplex(surfaces, args.out / f"simplex-{task}.png", title=f"{task}: excess loss over the simplex")
+            results[f"{task}/simplex"] = surfaces
 
         wide = models[0]
-        for ratio, seed in ((2, 3), (4, 4)):
+        for ratio, seed in ((2, 3), (4, 4)) if "widths" in parts else ():
             narrow_path = trained(task, seed, args.cache, extra, width=args.width // ratio)
             narrow = load_model(narrow_path)[0]
             base = None
-            for method in ("none", "weight", "learned"):
+            # learned matching with and without the embedded model's null-space freedom (glmc/align/nullspace.py)
+            for method, null_space in (("none", None), ("weight", None), ("learned", "off"), ("learned", None)):
                 t0 = time.perf_counter()
-                al = align(narrow, wide, method, data=ds, progress=False, steps=args.learned_steps)
+                al = align(narrow, wide, method, data=ds, progress=False, steps=args.learned_steps,
+                           null_space=null_space)
                 seconds = time.perf_counter() - t0
                 m = barrier_metrics(path_curve([al.model_a, al.model_b], batches, ds.task, 11, progress=False))
                 base = m["loss_barrier"] if method == "none" else base
                 w = al.report["widened"]
-                row = {"task": task, "experiment": f"width 1/{ratio} → 1", "method": method,
+                label = method if method == "none" else f"{method} (null space {al.report['null_space']})"
+                row = {"task": task, "experiment": f"width 1/{ratio} → 1", "method": label,
                        "barrier": m["loss_barrier"], "pct_of_vanilla": 100 * m["loss_barrier"] / base,
                        "align_s": seconds, "embed_dlogits": w["embedding_max_dlogits"],
                        "eps_dlogits": w["eps_effect_max_dlogits"]}
@@ -100,8 +107,9 @@ def main(argv=None):
     cols = ["task", "experiment", "method", "barrier", "pct_of_vanilla", "align_s", "embed_dlogits", "eps_dlogits"]
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    (args.out / "many_models.md").write_text("\n".join(md) + "\n")
-    (args.out / "many_models.json").write_text(json.dumps({"rows": rows, "results": results}, default=str))
+    name = "many_models" + ("" if args.experiments == "simplex,widths" else "-" + args.experiments.replace(",", "-"))
+    (args.out / f"{name}.md").write_text("\n".join(md) + "\n")
+    (args.out / f"{name}.json").write_text(json.dumps({"rows": rows, "results": results}, default=str))
     print("\n".join(md))
 
 

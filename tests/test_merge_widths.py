@@ -4,7 +4,7 @@ import json
 
 from conftest import run_cli
 from glmc.align import align
-from glmc.merge import canonical_views, universe_alignment
+from glmc.merge import canonical_views, merge_models, universe_alignment
 from glmc.models import load_model
 from glmc.simplex import simplex_metrics, simplex_points
 
@@ -68,6 +68,20 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
     written, _ = load_model(tmp_path / "n2w")
     assert written.config.hidden_size == 64
     assert max_logit_change(narrow, written) <= 1e-4
+    # the written files reproduce it: embed, transform, then add the null-space fill
+    from safetensors.torch import load_file
+
+    from glmc.model_ops import canonical_view, widen_model
+    from glmc.symmetry.transform import Transform
+
+    assert json.loads((tmp_path / "n2w" / "align.json").read_text())["null_space"] == "fixed"
+    embedded = widen_model(narrow, 64, n_head=4, d_mlp=128)
+    view, adapter = canonical_view(embedded)
+    moved = Transform.load(tmp_path / "n2w" / "transform.safetensors").apply(view, 2)
+    filled = load_file(tmp_path / "n2w" / "null_space_fill.safetensors")
+    assert filled and set(filled) < set(moved)
+    rebuilt = adapter.from_canonical({k: v + filled[k] if k in filled else v for k, v in moved.items()}, embedded)
+    assert max_logit_change(written, rebuilt) <= 1e-5
     run_cli("barrier", vit_models["w32s3"], vit_models["w64s0"], "--align", "none,weight", "--points", 3,
             "--max-batches", 2, "--json", tmp_path / "b.json", "--no-progress")
     res = json.loads((tmp_path / "b.json").read_text())["results"]
@@ -84,8 +98,9 @@ def test_learned_narrow_to_wide_trains_the_whole_path(vit_models):
     ds = glmc.data.load_for_model(vit_models["w64s0"])
     al = align(narrow, wide, "learned", data=ds, steps=10, eval_every=5, eval_batches=2, iterations=2,
                progress=False)
-    assert al.report["sampler"] == "uniform"
+    assert al.report["sampler"] == "uniform" and al.report["null_space"] == "learned"
     assert max_logit_change(narrow, al.model_a) <= 1e-4
+    assert al.fill and al.report["null_space_fill"]["tensors"] == len(al.fill)
     same = align(load_model(vit_models["w64s1"])[0], wide, "learned", data=ds, steps=2, eval_every=2,
                  eval_batches=1, iterations=1, progress=False)
     assert same.report["sampler"] == "narrow"  # equal widths keep the paper's U(0.4, 0.6)
@@ -103,3 +118,20 @@ def test_merge_in_circuit_mode_writes_a_circuit_model(vit_models, tmp_path):
     import torch
 
     assert merged(pixel_values=torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_merge_of_mixed_widths_fills_the_embedded_models_free_weights(vit_models):
+    """A narrower model in a merge is embedded, and its free reader weights taken from the full-width models."""
+    from glmc.align.common import view_distance
+    from glmc.merge import average, canonical_views
+
+    models = [load_model(vit_models[k])[0] for k in ("w32s3", "w64s0", "w64s1")]
+    dist = {}
+    for null_space in ("off", "fixed"):
+        merged, aligned, _, report = merge_models(models, "weight", rounds=1, iterations=2, progress=False,
+                                                  null_space=null_space)
+        assert report["widened"] == [1] and max(report["max_dlogits"]) <= 1e-4
+        _, _, views = canonical_views(aligned)
+        dist[null_space] = view_distance(average(views[1:], [0.5, 0.5]), views[0])
+    assert report["null_space"] == "fixed"
+    assert dist["fixed"] < dist["off"]

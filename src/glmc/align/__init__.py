@@ -30,6 +30,12 @@ class Alignment:
     transform: Transform | None
     report: dict = field(default_factory=dict)
     moved: str = "B"  # which endpoint the transform moved ("A" when A was the narrower model, embedded)
+    # an embedded narrower model's null-space fill: canonical key -> tensor added after the transform
+    # (glmc/align/nullspace.py); None when there was none
+    fill: dict | None = None
+
+
+NULL_SPACE_MODES = ("learned", "fixed", "off")
 
 
 def available_methods() -> list[str]:
@@ -85,12 +91,20 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
         # (benchmarks/many_models.py), that left the barrier on the narrow side of the path: 16–47 % of the
         # embedding-only barrier with U(0.25, 0.45) against 6–10 % with U(0, 1) at the same budget
         options["sampler"] = "uniform"
+    # the embedded model's free reader weights (align/nullspace.py): "learned" trains them with the other
+    # latents, "fixed" copies the wide model's, "off" leaves the zeros of the embedding
+    null_space = options.pop("null_space", None) or ("learned" if method.startswith("learned") else "fixed")
+    if null_space not in NULL_SPACE_MODES:
+        raise ValueError(f"unknown null-space mode {null_space!r}; choose from {', '.join(NULL_SPACE_MODES)}")
+    if null_space == "learned" and not method.startswith("learned"):
+        raise ValueError("null_space='learned' needs learned matching (it trains on the task loss)")
+    options["fill"], options["learn_free"] = null_space != "off", null_space == "learned"
     inner = align(wide, embedded, method, **options)
-    report = {**inner.report, "widened": {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow
+    report = {**inner.report, "null_space": null_space if method != "none" else "off", "widened": {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow
                                           else "B", "eps_effect_max_dlogits": eps_effect,
                                           "embedding_max_dlogits": max_logit_change(narrow, embedded)}}
     pair = (inner.model_b, inner.model_a) if a_narrow else (inner.model_a, inner.model_b)
-    return Alignment(pair[0], pair[1], inner.transform, report, moved="A" if a_narrow else "B")
+    return Alignment(pair[0], pair[1], inner.transform, report, moved="A" if a_narrow else "B", fill=inner.fill)
 
 
 def _eps_effect(embedded, wide) -> float:

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from glmc.align.common import canonical_pair, finish
+from glmc.align.nullspace import free_probes
 from glmc.align.weight import _assignment
 from glmc.evaluate import forward_logits
 from glmc.symmetry.groups import IndexMap, LinearMap
@@ -88,7 +89,8 @@ def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, Line
     return heads, LinearMap(mats)
 
 
-def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32, **_):
+def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
+          fill: bool = False, **_):
     if data is None:
         raise ValueError("activation matching needs data (the models' glmc.json or --data)")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
@@ -103,4 +105,5 @@ def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True,
         heads, ov = match_heads_by_outputs(corr[f"blocks.{i}.attn.o"].value(), arch.n_head)
         t.elements.update({f"heads.{i}": heads, f"ov.{i}": ov, f"mlp.{i}": _assignment(corr[f"blocks.{i}.mlp.out"].value())})
     report = {"method": "activation", "batches": len(train), "transform": t.describe()}
-    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
+    probes = free_probes(view_b, arch.n_layer) if fill else None
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)

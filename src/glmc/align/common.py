@@ -61,15 +61,29 @@ def max_logit_change(model, other, n: int = 2) -> float:
     return float((logits(model, x) - logits(other, x)).abs().max())
 
 
-def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform, report: dict, tol: float = 1e-3):
+def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform, report: dict, tol: float = 1e-3,
+           probes: dict | None = None, fill_target: dict | None = None):
     """Build canonical A and B′ = π(B) as native models on the inputs' devices; check B′ has B's function before
-    anything is returned (max |Δlogits| in the report; an error if over `tol`)."""
+    anything is returned (max |Δlogits| in the report; an error if over `tol`). With `probes` (an embedded
+    narrower B, glmc/align/nullspace.py), B′'s free reader weights are then filled with A's."""
     from glmc.align import Alignment
+    from glmc.align.nullspace import fill, moved_probes
 
     dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device
     canon_a = adapter.from_canonical(view_a, model_a.cpu()).to(dev_a)
     model_a.to(dev_a)
     moved = transform.apply(view_b, arch.n_layer)
+    filled = None
+    if probes is not None:
+        plain = moved
+        target = view_a if fill_target is None else fill_target
+        # in double: the projectors then leave B's function unchanged to ~1e-6 instead of ~1e-4
+        moved = fill({k: v.double() for k, v in target.items()}, {k: v.double() for k, v in moved.items()},
+                     {k: v.double() for k, v in moved_probes(probes, transform, arch.n_layer).items()},
+                     arch.n_layer)
+        moved = {k: v.float() for k, v in moved.items()}
+        filled = {k: moved[k] - plain[k] for k in moved if not torch.equal(moved[k], plain[k])}
+        report["null_space_fill"] = {"tensors": len(filled), "distance_without": view_distance(view_a, plain)}
     b_aligned = adapter.from_canonical(moved, model_b.cpu()).to(dev_b)
     model_b.to(dev_b)
     report["max_dlogits_b"] = max_logit_change(model_b, b_aligned)
@@ -80,4 +94,4 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
     if worst > tol:
         raise RuntimeError(f"alignment changed the function: max |Δlogits| {worst:.3g} > {tol:g} (a bug: please "
                            "report it with the models' configs)")
-    return Alignment(canon_a, b_aligned, transform, report)
+    return Alignment(canon_a, b_aligned, transform, report, fill=filled)

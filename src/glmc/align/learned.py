@@ -6,6 +6,8 @@ Latent parameters for every symmetry, initialised at the weight-matching solutio
   heads      Z_P ∈ R^{H×H} per layer, P = Hungarian(Z_P) (straight-through; Sinkhorn with `soft`)
   qk, ov     A, B ∈ GL(d_head) per head, learned directly (inverses by a linear solve); not in perm-only mode
   MLP units  Z ∈ R^{n×n} per layer, Hungarian (straight-through; Sinkhorn with `soft`)
+  free       for an embedded narrower model (`fill`): its free reader weights, filled toward the reference plus
+             learned offsets (`learn_free`, start 0); exact for any value (glmc/align/nullspace.py)
 Each step: project, build π(θ_B) from the canonical view, draw λ, evaluate the training loss of
 (1−λ)·θ_A + λ·π(θ_B) on a training batch (the model is called with the substituted parameters through
 torch.func.functional_call, no copy), back-propagate into the latents, AdamW step (cosine schedule, warmup).
@@ -25,6 +27,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from glmc.align import nullspace
 from glmc.align.common import canonical_pair, finish
 from glmc.align.projections import hard_permutation, hungarian_ste, polar, sinkhorn, src_of
 from glmc.align.weight import weight_matching
@@ -148,7 +151,7 @@ class LearnedMatcher:
     """Learns one transform per model m ≥ 1 that brings it to model 0 (the reference, held fixed)."""
 
     def __init__(self, views: list, adapter, arch, template, data, inits: list, permutations_only=False,
-                 soft=False, device=None, mode: str = "native"):
+                 soft=False, device=None, mode: str = "native", probes: list | None = None, learn_free=False):
         self.adapter, self.arch, self.data, self.task, self.mode = adapter, arch, data, data.task, mode
         self.device = device or torch.device("cpu")
         if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/circuit.py)
@@ -162,10 +165,34 @@ class LearnedMatcher:
             p.requires_grad_(False)
         self.views = [{k: v.to(self.device) for k, v in view.items()} for view in views]
         self.latents = torch.nn.ModuleList(Latents(t, arch, permutations_only, soft) for t in inits).to(self.device)
+        # per moved model: its null-space probes (an embedded narrower model, align/nullspace.py) or None
+        self.probes = [None if p is None else {k: v.to(self.device) for k, v in p.items()}
+                       for p in (probes or [None] * len(inits))]
+        # learnable free weights: the fill's target is the reference plus these offsets (start: 0, the plain fill)
+        self.free = torch.nn.ModuleList(
+            torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(torch.zeros_like(self.views[0][k]))
+                                    for k in nullspace.filled_keys(self.views[0], arch.n_layer)} if p is not None
+                                   and learn_free else {})
+            for p in self.probes)
+
+    def fill_target(self, m: int) -> dict:
+        """The view model m+1's free weights are filled toward: the reference plus the learned offsets."""
+        free = self.free[m]
+        return {**self.views[0], **{k.replace("_", "."): self.views[0][k.replace("_", ".")] + z
+                                    for k, z in free.items()}}
 
     def moved(self, hard: bool) -> list:
-        return [self.views[0]] + [apply_dense(v, lat.dense(hard), self.arch.n_layer)
-                                  for v, lat in zip(self.views[1:], self.latents)]
+        n = self.arch.n_layer
+        out = [self.views[0]]
+        for i, (view, lat, probes) in enumerate(zip(self.views[1:], self.latents, self.probes)):
+            dense = lat.dense(hard)
+            b = apply_dense(view, dense, n)
+            if probes is not None:  # filled toward the reference inside every step, so training sees the fill
+                (res, rest), (p_res, p_rest) = nullspace.split_groups(dense), nullspace.split_probes(probes)
+                moved_p = {**apply_dense(p_res, res, n), **apply_dense(p_rest, rest, n)}
+                b = nullspace.fill(self.fill_target(i), b, moved_p, n)
+            out.append(b)
+        return out
 
     def params_at(self, weights, hard: bool = False) -> dict:
         if isinstance(weights, (int, float)):
@@ -195,6 +222,12 @@ class LearnedMatcher:
     def transforms(self) -> list[Transform]:
         return [lat.transform() for lat in self.latents]
 
+    @torch.no_grad()
+    def targets(self) -> list:
+        """Per moved model: the view its free weights are filled toward (None without probes), detached, on CPU."""
+        return [None if p is None else {k: v.detach().cpu() for k, v in self.fill_target(i).items()}
+                for i, p in enumerate(self.probes)]
+
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
             sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True,
             perm_lr=0.02) -> dict:
@@ -213,7 +246,7 @@ class LearnedMatcher:
         perm = [p for lat in self.latents for p in lat.perms.values()]
         if self.latents[0].perm_only:
             perm += [lat.res for lat in self.latents]
-        rest = [p for p in self.latents.parameters() if all(p is not q for q in perm)]
+        rest = [p for p in self.latents.parameters() if all(p is not q for q in perm)] + list(self.free.parameters())
         opt = torch.optim.AdamW([{"params": rest, "lr": lr}, {"params": perm, "lr": perm_lr}],
                                 weight_decay=weight_decay)
         horizon = total or 10**9
@@ -231,7 +264,7 @@ class LearnedMatcher:
             return max(self.mean_loss(val, t) - ((1 - t) * ends[0] + t * ends[1])
                        for t in SCORE_POINTS.get(sampler, (0.5,)))
 
-        best = {"step": 0, "val_barrier": score(), "transforms": self.transforms()}
+        best = {"step": 0, "val_barrier": score(), "transforms": self.transforms(), "targets": self.targets()}
         history = [{"step": 0, "val_barrier": best["val_barrier"]}]
         t0 = time.perf_counter()
         step_times, bad, step = [], 0, 0
@@ -253,7 +286,7 @@ class LearnedMatcher:
                 b = score()
                 history.append({"step": step, "val_barrier": b, "train_loss": loss.item()})
                 if b < best["val_barrier"]:
-                    best, bad = {"step": step, "val_barrier": b, "transforms": self.transforms()}, 0
+                    best, bad = {"step": step, "val_barrier": b, "transforms": self.transforms(), "targets": self.targets()}, 0
                 else:
                     bad += 1
                     if patience is not None and bad >= patience:
@@ -262,13 +295,14 @@ class LearnedMatcher:
         return {"steps": step, "best_step": best["step"], "best_val_barrier": best["val_barrier"],
                 "init_val_barrier": history[0]["val_barrier"], "val_endpoints": ends, "history": history,
                 "seconds": time.perf_counter() - t0, "seconds_per_step": sum(step_times) / max(1, len(step_times)),
-                "transforms": best["transforms"]}
+                "transforms": best["transforms"], "targets": best["targets"]}
 
 
 def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str | None = None,
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
-          seed: int = 0, mode: str = "native", perm_lr: float = 0.02, **_):
+          seed: int = 0, mode: str = "native", perm_lr: float = 0.02, fill: bool = False,
+          learn_free: bool = False, **_):
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)
@@ -284,18 +318,20 @@ def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bo
                                    balanced=False)
     template = adapter.from_canonical(view_a, model_a.cpu())
     model_a.to(device)
+    probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], permutations_only, soft, device,
-                       mode)
+                       mode, probes=[probes], learn_free=learn_free)
     fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
                 eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress,
                 perm_lr=perm_lr)
     t = fit.pop("transforms")[0]
+    target = fit.pop("targets")[0]
     report = {"method": "learned-perm" if permutations_only else "learned", "mode": mode, "soft": soft,
               "sampler": sampler,
               "lr": lr, **fit, "weight_matching": wm_log, "transform": t.describe()}
     if soft:
         report["soft_endpoint_loss_change"] = _soft_endpoint_change(m, data, batch_size)
-    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes, fill_target=target)
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ from scipy.optimize import linear_sum_assignment
 from tqdm.auto import tqdm
 
 from glmc.align.common import canonical_pair, finish, residual_keys, view_distance
+from glmc.align.nullspace import free_probes
 from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
 from glmc.symmetry.transform import Transform
 
@@ -210,10 +211,11 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = 
 
 
 def align(model_a, model_b, iterations: int = 15, residual: str = "orthogonal", head_maps: bool = True,
-          progress: bool = True, mode: str = "native", **_):
+          progress: bool = True, mode: str = "native", fill: bool = False, **_):
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress)
     report = {"method": "weight", "residual": residual, "head_maps": head_maps, "iterations": log,
               "transform": t.describe()}
-    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
+    probes = free_probes(view_b, arch.n_layer) if fill else None
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)

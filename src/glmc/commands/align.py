@@ -26,6 +26,9 @@ from glmc.commands.common import (data_options, load_eval_data, load_models, mod
 @click.option("--sampler", default=None, type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]),
               help="Learned matching: λ sampler [narrow: U(0.4, 0.6); uniform: U(0, 1) for models of different "
                    "widths].")
+@click.option("--null-space", default=None, type=click.Choice(["learned", "fixed", "off"]),
+              help="Models of different widths: the embedded model's free reader weights (exact either way) "
+                   "[learned: trained with learned matching; fixed: the wide model's; off: zero].")
 @click.option("--soft", is_flag=True, help="Learned matching: Sinkhorn soft permutations (rounded at the end).")
 @click.option("--eval-every", default=50, show_default=True, help="Learned matching: validate every N steps.")
 @click.option("--patience", default=None, type=int, help="Learned matching: early stopping after N checks.")
@@ -34,13 +37,15 @@ from glmc.commands.common import (data_options, load_eval_data, load_models, mod
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, residual, no_head_maps, act_batches, steps, epochs, minutes,
-            lr, sampler, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
+            lr, sampler, null_space, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
     one (which stays fixed), and that is what is written."""
     import time
     from pathlib import Path
+
+    from safetensors.torch import save_file
 
     from glmc.align import align
     from glmc.io import atomic_dir
@@ -55,7 +60,7 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     t0 = time.perf_counter()
     al = align(a, b, method, data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps,
                progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr,
-               sampler=sampler, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
+               sampler=sampler, null_space=null_space, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
     seconds = time.perf_counter() - t0
     report = {"schema": "glmc.align/1", "model_a": str(model_a), "model_b": str(model_b), "method": method,
               "seconds": seconds, **al.report}
@@ -69,12 +74,17 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
             save_like(moved, source, tmp)
         if al.transform is not None:
             al.transform.save(tmp / "transform.safetensors")
+        if al.fill:  # added to the transformed canonical view; with the transform, reproduces the written model
+            save_file({k: v.contiguous() for k, v in al.fill.items()}, str(tmp / "null_space_fill.safetensors"))
         write_json(tmp / "align.json", report)
     target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
     if "widened" in al.report:
         click.echo(f"embedded {target} exactly into the width of {ref} (max |Δlogits| "
                    f"{al.report['widened']['embedding_max_dlogits']:.2e}; with the wide model's LayerNorm eps "
                    f"{al.report['widened']['eps_effect_max_dlogits']:.2e})")
+    if al.fill:
+        click.echo(f"null space ({al.report['null_space']}): {len(al.fill)} tensors of free reader weights filled "
+                   "toward the wide model (exact; null_space_fill.safetensors)")
     click.echo(f"aligned {target} to {ref} with {method} matching in {seconds:.1f} s")
     click.echo(f"weight distance ‖A−B‖²/‖A‖²: {al.report['distance_before']:.4f} → {al.report['distance_after']:.4f}")
     click.echo(f"function check: max |Δlogits| of the moved model before/after {al.report['max_dlogits_b']:.2e}")

@@ -15,14 +15,20 @@ from glmc.commands.common import data_options, load_eval_data, load_models, mode
 @click.option("--iterations", default=5, show_default=True, help="Weight-matching iterations per alignment.")
 @click.option("--steps", default=300, show_default=True, help="Learned refinement steps (λ ~ Dirichlet(0.1)).")
 @click.option("--lr", default=1e-3, show_default=True, help="Learned refinement learning rate.")
+@click.option("--null-space", default="fixed", show_default=True, type=click.Choice(["fixed", "off"]),
+              help="Models narrower than the widest: their free reader weights (exact either way) [fixed: the "
+                   "full-width models' average; off: zero].")
 @click.option("--overwrite", is_flag=True)
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(models, out_dir, method, weights, rounds, iterations, steps, lr, mode, overwrite, progress, **data_kw):
+def command(models, out_dir, method, weights, rounds, iterations, steps, lr, null_space, mode, overwrite, progress,
+            **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
     from pathlib import Path
+
+    from safetensors.torch import save_file
 
     from glmc.commands.common import save_like
     from glmc.evaluate import evaluate
@@ -41,7 +47,7 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, mod
     ds, batches, info = load_eval_data(models[0], **data_kw)
     merged, aligned, transforms, report = merge_models(
         [m.cpu() for m in loaded], method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
-        mode=mode)
+        mode=mode, null_space=null_space)
     if mode == "circuit":  # average whole circuits (the paper's form); the result is a glmc CircuitModel
         from glmc.circuit import CircuitModel, circuit_model
 
@@ -59,10 +65,14 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, mod
             merged.write_files(tmp)
         else:
             save_like(merged, models[0], tmp)
+        fills = report.pop("fills", {})
         for i, (a, t) in enumerate(zip(aligned, transforms)):
             save_like(a, models[i], tmp / "aligned" / f"model{i + 1}")
             if t.elements:
                 t.save(tmp / "aligned" / f"model{i + 1}" / "transform.safetensors")
+            if fills.get(i):  # an embedded narrower model: added after the transform (see glmc align --help)
+                save_file({k: v.contiguous() for k, v in fills[i].items()},
+                          str(tmp / "aligned" / f"model{i + 1}" / "null_space_fill.safetensors"))
         write_json(tmp / "merge.json", report)
     for name, s in scores.items():
         click.echo(f"{name:>8}: {info['split']} loss {s['loss']:.4f}  acc {100 * s['acc']:.2f}%")
