@@ -67,12 +67,9 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
         report["learned"] = fit
     aligned_views = [t.apply(v, arch.n_layer) if t.elements else v for t, v in zip(transforms, views)]
     if null_space == "fixed" and len(widened) < k:
-        plain = aligned_views
-        aligned_views = _fill_widened(aligned_views, views, transforms, widened, weights, arch.n_layer)
-        report["null_space"] = "fixed"
+        aligned_views, fills = _fill_widened(aligned_views, views, transforms, widened, weights, arch.n_layer)
         # model index -> {key: tensor added after its transform}; tensors, popped by the CLI (not JSON)
-        report["fills"] = {m: {k: aligned_views[m][k] - plain[m][k] for k in plain[m]
-                               if not torch.equal(aligned_views[m][k], plain[m][k])} for m in (i - 1 for i in widened)}
+        report.update(null_space="fixed", fills=fills)
     aligned = [adapter.from_canonical(v, m.cpu()) for v, m in zip(aligned_views, models)]
     report["max_dlogits"] = [max_logit_change(m, a) for m, a in zip(models, aligned)]
     merged = adapter.from_canonical(average(aligned_views, weights), template.cpu())
@@ -80,19 +77,16 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
 
 
 def _fill_widened(aligned_views, views, transforms, widened, weights, n_layer):
-    """Each embedded model's free weights set to the weighted average of the models that were not embedded:
-    the merge then keeps those weights whole instead of diluting them with the embedding's zeros."""
-    from glmc.align.nullspace import fill, free_probes, moved_probes
+    """(views, fills): each embedded model's free weights set to the weighted average of the models that were not
+    embedded, so the merge keeps those weights whole instead of diluting them with the embedding's zeros."""
+    from glmc.align.nullspace import fill_exact, free_probes
 
     full = [m for m in range(len(views)) if m + 1 not in widened]
     target = average([aligned_views[m] for m in full], [weights[m] / sum(weights[j] for j in full) for m in full])
-    out = list(aligned_views)
+    out, fills = list(aligned_views), {}
     for m in (i - 1 for i in widened):
-        probes = moved_probes(free_probes(views[m], n_layer), transforms[m], n_layer)
-        filled = fill({k: v.double() for k, v in target.items()}, {k: v.double() for k, v in out[m].items()},
-                      {k: v.double() for k, v in probes.items()}, n_layer)
-        out[m] = {k: v.to(aligned_views[m][k].dtype) for k, v in filled.items()}
-    return out
+        out[m], fills[m] = fill_exact(target, out[m], free_probes(views[m], n_layer), transforms[m], n_layer)
+    return out, fills
 
 
 def _common_width(models):

@@ -100,9 +100,9 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
         raise ValueError("null_space='learned' needs learned matching (it trains on the task loss)")
     options["fill"], options["learn_free"] = null_space != "off", null_space == "learned"
     inner = align(wide, embedded, method, **options)
-    report = {**inner.report, "null_space": null_space if method != "none" else "off", "widened": {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow
-                                          else "B", "eps_effect_max_dlogits": eps_effect,
-                                          "embedding_max_dlogits": max_logit_change(narrow, embedded)}}
+    widened = {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow else "B",
+               "eps_effect_max_dlogits": eps_effect, "embedding_max_dlogits": max_logit_change(narrow, embedded)}
+    report = {**inner.report, "null_space": null_space if method != "none" else "off", "widened": widened}
     pair = (inner.model_b, inner.model_a) if a_narrow else (inner.model_a, inner.model_b)
     return Alignment(pair[0], pair[1], inner.transform, report, moved="A" if a_narrow else "B", fill=inner.fill)
 

@@ -67,7 +67,7 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
     anything is returned (max |Δlogits| in the report; an error if over `tol`). With `probes` (an embedded
     narrower B, glmc/align/nullspace.py), B′'s free reader weights are then filled with A's."""
     from glmc.align import Alignment
-    from glmc.align.nullspace import fill, moved_probes
+    from glmc.align.nullspace import fill_exact
 
     dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device
     canon_a = adapter.from_canonical(view_a, model_a.cpu()).to(dev_a)
@@ -76,13 +76,8 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
     filled = None
     if probes is not None:
         plain = moved
-        target = view_a if fill_target is None else fill_target
-        # in double: the projectors then leave B's function unchanged to ~1e-6 instead of ~1e-4
-        moved = fill({k: v.double() for k, v in target.items()}, {k: v.double() for k, v in moved.items()},
-                     {k: v.double() for k, v in moved_probes(probes, transform, arch.n_layer).items()},
-                     arch.n_layer)
-        moved = {k: v.float() for k, v in moved.items()}
-        filled = {k: moved[k] - plain[k] for k in moved if not torch.equal(moved[k], plain[k])}
+        moved, filled = fill_exact(view_a if fill_target is None else fill_target, plain, probes, transform,
+                                   arch.n_layer)
         report["null_space_fill"] = {"tensors": len(filled), "distance_without": view_distance(view_a, plain)}
     b_aligned = adapter.from_canonical(moved, model_b.cpu()).to(dev_b)
     model_b.to(dev_b)

@@ -188,8 +188,7 @@ class LearnedMatcher:
             dense = lat.dense(hard)
             b = apply_dense(view, dense, n)
             if probes is not None:  # filled toward the reference inside every step, so training sees the fill
-                (res, rest), (p_res, p_rest) = nullspace.split_groups(dense), nullspace.split_probes(probes)
-                moved_p = {**apply_dense(p_res, res, n), **apply_dense(p_rest, rest, n)}
+                moved_p = nullspace.move_probes(probes, dense, lambda v, part: apply_dense(v, part, n))
                 b = nullspace.fill(self.fill_target(i), b, moved_p, n)
             out.append(b)
         return out
@@ -264,7 +263,10 @@ class LearnedMatcher:
             return max(self.mean_loss(val, t) - ((1 - t) * ends[0] + t * ends[1])
                        for t in SCORE_POINTS.get(sampler, (0.5,)))
 
-        best = {"step": 0, "val_barrier": score(), "transforms": self.transforms(), "targets": self.targets()}
+        def snapshot(step, barrier):  # what the result is made of, kept for the best validation score
+            return {"step": step, "val_barrier": barrier, "transforms": self.transforms(), "targets": self.targets()}
+
+        best = snapshot(0, score())
         history = [{"step": 0, "val_barrier": best["val_barrier"]}]
         t0 = time.perf_counter()
         step_times, bad, step = [], 0, 0
@@ -286,7 +288,7 @@ class LearnedMatcher:
                 b = score()
                 history.append({"step": step, "val_barrier": b, "train_loss": loss.item()})
                 if b < best["val_barrier"]:
-                    best, bad = {"step": step, "val_barrier": b, "transforms": self.transforms(), "targets": self.targets()}, 0
+                    best, bad = snapshot(step, b), 0
                 else:
                     bad += 1
                     if patience is not None and bad >= patience:

@@ -77,14 +77,18 @@ def split_groups(elements: dict) -> tuple[dict, dict]:
             {k: v for k, v in elements.items() if k != "residual"})
 
 
+def move_probes(probes: dict, elements: dict, apply) -> dict:
+    """The probes moved by a transform's elements (group matrices or group elements): the residual probe by the
+    residual map alone, the others by the head and MLP maps. `apply(view, elements)` applies a subset."""
+    (res, rest), (residual, others) = split_groups(elements), split_probes(probes)
+    return {**(apply(residual, res) if res else residual), **(apply(others, rest) if rest else others)}
+
+
 def moved_probes(probes: dict, transform, n_layer: int) -> dict:
-    """The probes moved by a Transform (the residual probe by its residual map, the rest by the others)."""
+    """The probes moved by a Transform."""
     from glmc.symmetry.transform import Transform
 
-    res, rest = split_groups(transform.elements)
-    residual, others = split_probes(probes)
-    return {**(Transform(res).apply(residual, n_layer) if res else residual),
-            **(Transform(rest).apply(others, n_layer) if rest else others)}
+    return move_probes(probes, transform.elements, lambda view, part: Transform(part).apply(view, n_layer))
 
 
 def _range_projector(f: torch.Tensor) -> torch.Tensor:
@@ -124,3 +128,19 @@ def fill(view_a: dict, view_b: dict, probes: dict, n_layer: int, head: bool = Tr
     if head and "head.w" in view_b:
         plus("head.w", delta("head.w") @ p_perp)
     return out
+
+
+def fill_exact(target: dict, view: dict, probes: dict, transform, n_layer: int) -> tuple[dict, dict]:
+    """(filled view, what was added: key -> tensor) for B's transformed view and its untransformed probes; computed
+    in double, where the projectors leave B's function unchanged to ~1e-6 instead of ~1e-4 in float32."""
+    double = lambda v: {k: t.double() for k, t in v.items()}  # noqa: E731
+    out = fill(double(target), double(view), double(moved_probes(probes, transform, n_layer)), n_layer)
+    out = {k: t.to(view[k].dtype) for k, t in out.items()}
+    return out, {k: out[k] - view[k] for k in out if not torch.equal(out[k], view[k])}
+
+
+def save_fill(added: dict, path) -> None:
+    """What `fill_exact` added, as safetensors (canonical key -> tensor added after the transform)."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in added.items()}, str(path))

@@ -45,9 +45,8 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     import time
     from pathlib import Path
 
-    from safetensors.torch import save_file
-
     from glmc.align import align
+    from glmc.align.nullspace import save_fill
     from glmc.io import atomic_dir
 
     if Path(out_dir).exists() and not overwrite:
@@ -75,7 +74,7 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
         if al.transform is not None:
             al.transform.save(tmp / "transform.safetensors")
         if al.fill:  # added to the transformed canonical view; with the transform, reproduces the written model
-            save_file({k: v.contiguous() for k, v in al.fill.items()}, str(tmp / "null_space_fill.safetensors"))
+            save_fill(al.fill, tmp / "null_space_fill.safetensors")
         write_json(tmp / "align.json", report)
     target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
     if "widened" in al.report:

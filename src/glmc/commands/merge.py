@@ -28,8 +28,7 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, nul
     function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
     from pathlib import Path
 
-    from safetensors.torch import save_file
-
+    from glmc.align.nullspace import save_fill
     from glmc.commands.common import save_like
     from glmc.evaluate import evaluate
     from glmc.io import atomic_dir
@@ -71,8 +70,7 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, nul
             if t.elements:
                 t.save(tmp / "aligned" / f"model{i + 1}" / "transform.safetensors")
             if fills.get(i):  # an embedded narrower model: added after the transform (see glmc align --help)
-                save_file({k: v.contiguous() for k, v in fills[i].items()},
-                          str(tmp / "aligned" / f"model{i + 1}" / "null_space_fill.safetensors"))
+                save_fill(fills[i], tmp / "aligned" / f"model{i + 1}" / "null_space_fill.safetensors")
         write_json(tmp / "merge.json", report)
     for name, s in scores.items():
         click.echo(f"{name:>8}: {info['split']} loss {s['loss']:.4f}  acc {100 * s['acc']:.2f}%")
