@@ -137,13 +137,14 @@ def _train_batches(data, batch_size, seed):
         yield from data.batches("train", batch_size, seed=seed * 1_000_003 + epoch, shuffle=True)
 
 
-def sample_weights(sampler: str, k: int, rng: random.Random, bias: float = 0.0) -> list[float]:
+def sample_weights(sampler: str, k: int, rng: random.Random, bias: float = 0.0,
+                   concentration: float = 0.1) -> list[float]:
     """Interpolation weights for k endpoints: λ from a sampler for pairs (shifted by `bias` toward the second
-    model, clipped to [0, 1]), Dirichlet(0.1) on the simplex for k > 2 (the paper's Eq. 2)."""
+    model, clipped to [0, 1]), Dirichlet(concentration) on the simplex for k > 2 (0.1: the paper's Eq. 2)."""
     if k == 2:
         lam = min(1.0, max(0.0, LAMBDA_SAMPLERS[sampler](rng) + bias))
         return [1.0 - lam, lam]
-    g = [rng.gammavariate(0.1, 1.0) + 1e-12 for _ in range(k)]
+    g = [rng.gammavariate(concentration, 1.0) + 1e-12 for _ in range(k)]
     return [x / sum(g) for x in g]
 
 
@@ -229,13 +230,17 @@ class LearnedMatcher:
 
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
             sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True,
-            perm_lr=0.02) -> dict:
+            perm_lr=0.02, concentration=0.1, simplex_score="centre") -> dict:
         rng = random.Random(seed)
         torch.manual_seed(seed)
         k = len(self.views)
         val = list(self.data.batches("val", batch_size, max_batches=eval_batches, shuffle=False))
         ends = [self.mean_loss(val, [float(i == m) for i in range(k)]) for m in range(k)]
-        centre = [1.0 / k] * k
+        # k > 2: validation points on the simplex, the centre, and with "edges" also every pair's midpoint
+        # (the grid barrier is a max over the whole simplex, often reached on an edge)
+        points = [[1.0 / k] * k]
+        if simplex_score == "edges":
+            points += [[0.5 * (i in pair) for i in range(k)] for pair in itertools.combinations(range(k), 2)]
         per_epoch = self.data.num_batches("train", batch_size)
         total = steps or (math.ceil(epochs * per_epoch) if epochs else None)
         if total is None and minutes is None:
@@ -257,9 +262,9 @@ class LearnedMatcher:
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
 
-        def score():  # excess loss at the centre of the simplex / worst probe of the path, hard projection
+        def score():  # worst excess loss over the simplex / path probes, hard projection
             if k > 2:
-                return self.mean_loss(val, centre) - sum(ends) / k
+                return max(self.mean_loss(val, w) - sum(a * b for a, b in zip(w, ends)) for w in points)
             return max(self.mean_loss(val, t) - ((1 - t) * ends[0] + t * ends[1])
                        for t in SCORE_POINTS.get(sampler, (0.5,)))
 
@@ -274,7 +279,7 @@ class LearnedMatcher:
         bar = tqdm(total=total, desc="learned matching", disable=not progress, leave=False)
         while (total is None or step < total) and (minutes is None or time.perf_counter() - t0 < 60 * minutes):
             ts = time.perf_counter()
-            weights = sample_weights(sampler, k, rng, bias)
+            weights = sample_weights(sampler, k, rng, bias, concentration)
             loss = self.batch_loss(next(batches), self.params_at(weights))
             opt.zero_grad()
             loss.backward()

@@ -18,10 +18,12 @@ from glmc.commands.common import data_options, load_eval_data, load_models, mode
 @click.option("--steps", default=None, type=int, help="Learned matching steps [300].")
 @click.option("--resolution", default=10, show_default=True, help="3 models: simplex grid steps per edge.")
 @click.option("--samples", default=64, show_default=True, help="More than 3 models: random simplex points.")
+@click.option("--concentration", default=None, type=float,
+              help="3+ models, learned: λ ~ Dirichlet(concentration) in training [1; the paper: 0.1] (glmc merge).")
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples, mode,
-            progress, **data_kw):
+def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
+            concentration, mode, progress, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -36,7 +38,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     method_list = [m.strip() for m in methods.split(",") if m.strip()]
     if len(models) > 2:
         return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,
-                        json_path, plot_path, mode)
+                        json_path, plot_path, mode, concentration)
     model_a, model_b = loaded
     result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
                           align_options={"iterations": iterations, "steps": steps}, mode=mode)
@@ -58,7 +60,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
 
 
 def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,
-             plot_path, mode):
+             plot_path, mode, concentration=None):
     import time
 
     from glmc.merge import merge_models
@@ -72,7 +74,7 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
         aligned = [m.cpu() for m in models]
         if method != "none":
             _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300,
-                                            mode=mode)
+                                            mode=mode, concentration=concentration)
         if mode == "circuit":
             from glmc.circuit import circuit_model
 

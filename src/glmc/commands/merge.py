@@ -13,8 +13,11 @@ from glmc.commands.common import data_options, load_eval_data, load_models, mode
 @click.option("--weights", default=None, help="Comma-separated merge weights (default: uniform).")
 @click.option("--rounds", default=3, show_default=True, help="Universe rounds (align to the average, re-average).")
 @click.option("--iterations", default=5, show_default=True, help="Weight-matching iterations per alignment.")
-@click.option("--steps", default=300, show_default=True, help="Learned refinement steps (λ ~ Dirichlet(0.1)).")
-@click.option("--lr", default=1e-3, show_default=True, help="Learned refinement learning rate.")
+@click.option("--steps", default=300, show_default=True, help="Learned refinement steps.")
+@click.option("--lr", default=None, type=float, help="Learned refinement learning rate [1e-2; the paper: 3e-4].")
+@click.option("--concentration", default=None, type=float,
+              help="Learned refinement draws λ ~ Dirichlet(concentration) on the simplex [1: uniform; the paper: "
+                   "0.1, which puts most draws next to a vertex, where there is no gradient].")
 @click.option("--null-space", default="fixed", show_default=True, type=click.Choice(["fixed", "off"]),
               help="Models narrower than the widest: their free reader weights (exact either way) [fixed: the "
                    "full-width models' average; off: zero].")
@@ -22,8 +25,8 @@ from glmc.commands.common import data_options, load_eval_data, load_models, mode
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(models, out_dir, method, weights, rounds, iterations, steps, lr, null_space, mode, overwrite, progress,
-            **data_kw):
+def command(models, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
+            overwrite, progress, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
     from pathlib import Path
@@ -46,7 +49,7 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, nul
     ds, batches, info = load_eval_data(models[0], **data_kw)
     merged, aligned, transforms, report = merge_models(
         [m.cpu() for m in loaded], method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
-        mode=mode, null_space=null_space)
+        concentration=concentration, mode=mode, null_space=null_space)
     if mode == "circuit":  # average whole circuits (the paper's form); the result is a glmc CircuitModel
         from glmc.circuit import CircuitModel, circuit_model
 
