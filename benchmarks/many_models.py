@@ -2,7 +2,7 @@
 
 Per task: three models of the same width (seeds 0, 1, 2) → simplex barrier for none / weight / learned on a
 triangular grid, with the ternary figure; a wide model (seed 0) against models of ½ and ¼ its residual width
-(seeds 3, 4) → path barrier after exact embedding alone (`none`), weight and learned matching.
+(seeds 3, 4) → path barrier after exact embedding alone (`none`), weight and learned matching, with the curves.
 Models are trained with `glmc train` (CPU presets unless --train-args) and cached under --cache, so running
 benchmarks/barriers.py first shares seeds 0 and 1.
 
@@ -52,7 +52,7 @@ def main(argv=None):
     from glmc.barrier import barrier_metrics, path_curve
     from glmc.merge import merge_models
     from glmc.models import load_model
-    from glmc.plots import plot_simplex
+    from glmc.plots import plot_curves, plot_simplex
     from glmc.simplex import simplex_metrics, simplex_surface
 
     extra = args.train_args.split()
@@ -92,14 +92,15 @@ def main(argv=None):
         for ratio, seed in ((2, 3), (4, 4)) if "widths" in parts else ():
             narrow_path = trained(task, seed, args.cache, extra, width=args.width // ratio)
             narrow = load_model(narrow_path)[0]
-            base = None
+            base, curves = None, {}
             # learned matching with and without the embedded model's null-space freedom (glmc/align/nullspace.py)
             for method, null_space in (("none", None), ("weight", None), ("learned", "off"), ("learned", None)):
                 t0 = time.perf_counter()
                 al = align(narrow, wide, method, data=ds, progress=False, steps=args.learned_steps,
                            null_space=null_space)
                 seconds = time.perf_counter() - t0
-                m = barrier_metrics(path_curve([al.model_a, al.model_b], batches, ds.task, 11, progress=False))
+                curve = path_curve([al.model_a, al.model_b], batches, ds.task, 11, progress=False)
+                m = barrier_metrics(curve)
                 base = m["loss_barrier"] if method == "none" else base
                 w = al.report["widened"]
                 label = method if method == "none" else f"{method} (null space {al.report['null_space']})"
@@ -108,7 +109,12 @@ def main(argv=None):
                        "align_s": seconds, "embed_dlogits": w["embedding_max_dlogits"],
                        "eps_dlogits": w["eps_effect_max_dlogits"]}
                 rows.append(row)
+                curves[label] = curve
                 print(json.dumps(row), flush=True)
+            if curves:
+                plot_curves(curves, args.out / f"widths-{task}-1_{ratio}.png",
+                            title=f"{task}: width 1/{ratio} (λ = 0) → 1 (λ = 1)")
+                results[f"{task}/width 1/{ratio}"] = curves
     cols = ["task", "experiment", "method", "barrier", "pct_of_vanilla", "align_s", "embed_dlogits", "eps_dlogits"]
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]

@@ -10,7 +10,7 @@ result in a few hundred CPU steps: λ ~ Dirichlet(1) (uniform on the simplex; Di
 next to a vertex, where the loss does not depend on the transforms, so most steps carry no gradient), a larger
 learning rate, and the best state chosen on the worst of the centre and the edge midpoints (the grid barrier
 usually sits on the edge between two moved models). `concentration=0.1, lr=3e-4` is the paper's setting;
-benchmarks/many_models.py measures both (benchmarks/results/many_models_*.md).
+benchmarks/many_models.py measures both (benchmarks/results/many_models-simplex.md).
 """
 
 from __future__ import annotations
