@@ -5,12 +5,12 @@ round leaves model 1 as it is), U ← Σ w_m·π_m(θ_m). Orthogonal residual ma
 used, not only permutations. Optional refinement (`method="learned"`): the transforms of models 2…k are
 trained jointly with λ drawn on the simplex (the paper's Eq. 2), model 1 staying the reference.
 
-Refinement defaults differ from the paper's (Dirichlet(0.1), lr 3e-4, ~10 epochs) because they buy the same
-result in a few hundred CPU steps: λ ~ Dirichlet(1) (uniform on the simplex; Dirichlet(0.1) puts most draws
-next to a vertex, where the loss does not depend on the transforms, so most steps carry no gradient), a larger
-learning rate, and the best state chosen on the worst of the centre and the edge midpoints (the grid barrier
-usually sits on the edge between two moved models). `concentration=0.1, lr=3e-4` is the paper's setting;
-benchmarks/many_models.py measures both (benchmarks/results/many_models-simplex.md).
+Refinement defaults differ from the paper's (Dirichlet(0.1), lr 3e-4, ~10 epochs) because they measured better
+within a few hundred CPU steps: λ ~ Dirichlet(1) (uniform on the simplex; Dirichlet(0.1) puts most draws next to
+a vertex, where the loss does not depend on the transforms, so most steps carry no gradient), lr 1e-2, and the
+best state chosen on the worst of the centre and the edge midpoints (the grid barrier usually sits on the edge
+between two moved models). benchmarks/many_models.py measures the default against Dirichlet(0.1)
+(benchmarks/results/many_models-simplex.md); `concentration=0.1, lr=3e-4` with more steps is the paper's setting.
 """
 
 from __future__ import annotations
