@@ -70,13 +70,14 @@ def main(argv=None):
         runs = (("none", None), ("weight", None), ("learned", 0.1), ("learned", None))
         for method, concentration in runs if "simplex" in parts else ():
             t0 = time.perf_counter()
-            aligned = models if method == "none" else merge_models(models, method, data=ds, progress=False,
-                                                                   steps=args.learned_steps,
-                                                                   concentration=concentration)[1]
+            aligned, report = models, {}
+            if method != "none":
+                _, aligned, _, report = merge_models(models, method, data=ds, progress=False,
+                                                     steps=args.learned_steps, concentration=concentration)
             seconds = time.perf_counter() - t0
             s = simplex_surface(aligned, batches, ds.task, args.resolution, progress=False)
             m = simplex_metrics(s)
-            label = method if method != "learned" else f"learned (Dirichlet({concentration or 1:g}))"
+            label = method if method != "learned" else f"learned (Dirichlet({report['learned']['concentration']:g}))"
             if concentration is None:  # the figure shows the defaults
                 surfaces[method] = {**s, **m}
             vanilla = m["barrier"] if method == "none" else vanilla

@@ -123,12 +123,9 @@ def _common_width(models):
     return out, models[widest], widened
 
 
-SIMPLEX_DEFAULTS = {"lr": 1e-2, "concentration": 1.0, "simplex_score": "edges"}  # see the module docstring
-
-
 def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=True, mode="native", **options):
     """Joint learned refinement: model 1 fixed (moved into the universe first), models 2…k learned."""
-    from glmc.align.learned import LearnedMatcher
+    from glmc.align.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 
     if data is None:
         raise ValueError("learned refinement trains on data (the models' glmc.json or --data)")

@@ -11,7 +11,7 @@ Latent parameters for every symmetry, initialised at the weight-matching solutio
 Each step: project, build π(θ_B) from the canonical view, draw λ, evaluate the training loss of
 (1−λ)·θ_A + λ·π(θ_B) on a training batch (the model is called with the substituted parameters through
 torch.func.functional_call, no copy), back-propagate into the latents, AdamW step (cosine schedule, warmup).
-Every `eval_every` steps the hard projection is scored on validation batches at λ = 0.5; the best is kept,
+Every `eval_every` steps the hard projection is scored on validation batches (`score_points`); the best is kept,
 and training stops early after `patience` checks without improvement. The result is projected to exact
 symmetries (soft permutations are rounded by Hungarian), so B′ = π(B) has B's function, checked before
 anything is returned.
@@ -47,6 +47,20 @@ LAMBDA_SAMPLERS = {
 # where validation scores the barrier of a pair: the centre, or for samplers that train the whole path, the
 # worst of three interior points (the barrier of a path between unequal models is rarely at λ = 0.5)
 SCORE_POINTS = {"uniform": (0.25, 0.5, 0.75)}
+# joint refinement of k > 2 models (glmc/merge.py says why these differ from the paper's Dirichlet(0.1), lr 3e-4)
+SIMPLEX_DEFAULTS = {"lr": 1e-2, "concentration": 1.0, "simplex_score": "edges"}
+
+
+def score_points(k: int, sampler: str, simplex_score: str) -> list[list[float]]:
+    """Interpolation weights where validation scores the barrier (the worst excess loss among them): for pairs
+    the sampler's probes of the path; for k > 2 the centre, and with "edges" every pair's midpoint too (the grid
+    barrier is a max over the whole simplex, often reached on an edge)."""
+    if k == 2:
+        return [[1.0 - t, t] for t in SCORE_POINTS.get(sampler, (0.5,))]
+    points = [[1.0 / k] * k]
+    if simplex_score == "edges":
+        points += [[0.5 * (i in pair) for i in range(k)] for pair in itertools.combinations(range(k), 2)]
+    return points
 
 
 class Latents(torch.nn.Module):
@@ -138,7 +152,7 @@ def _train_batches(data, batch_size, seed):
 
 
 def sample_weights(sampler: str, k: int, rng: random.Random, bias: float = 0.0,
-                   concentration: float = 0.1) -> list[float]:
+                   concentration: float = SIMPLEX_DEFAULTS["concentration"]) -> list[float]:
     """Interpolation weights for k endpoints: λ from a sampler for pairs (shifted by `bias` toward the second
     model, clipped to [0, 1]), Dirichlet(concentration) on the simplex for k > 2 (0.1: the paper's Eq. 2)."""
     if k == 2:
@@ -230,17 +244,14 @@ class LearnedMatcher:
 
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
             sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True,
-            perm_lr=0.02, concentration=0.1, simplex_score="centre") -> dict:
+            perm_lr=0.02, concentration=SIMPLEX_DEFAULTS["concentration"],
+            simplex_score=SIMPLEX_DEFAULTS["simplex_score"]) -> dict:
         rng = random.Random(seed)
         torch.manual_seed(seed)
         k = len(self.views)
         val = list(self.data.batches("val", batch_size, max_batches=eval_batches, shuffle=False))
         ends = [self.mean_loss(val, [float(i == m) for i in range(k)]) for m in range(k)]
-        # k > 2: validation points on the simplex, the centre, and with "edges" also every pair's midpoint
-        # (the grid barrier is a max over the whole simplex, often reached on an edge)
-        points = [[1.0 / k] * k]
-        if simplex_score == "edges":
-            points += [[0.5 * (i in pair) for i in range(k)] for pair in itertools.combinations(range(k), 2)]
+        points = score_points(k, sampler, simplex_score)
         per_epoch = self.data.num_batches("train", batch_size)
         total = steps or (math.ceil(epochs * per_epoch) if epochs else None)
         if total is None and minutes is None:
@@ -262,11 +273,8 @@ class LearnedMatcher:
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
 
-        def score():  # worst excess loss over the simplex / path probes, hard projection
-            if k > 2:
-                return max(self.mean_loss(val, w) - sum(a * b for a, b in zip(w, ends)) for w in points)
-            return max(self.mean_loss(val, t) - ((1 - t) * ends[0] + t * ends[1])
-                       for t in SCORE_POINTS.get(sampler, (0.5,)))
+        def score():  # worst excess loss over the scoring points, hard projection
+            return max(self.mean_loss(val, w) - sum(a * b for a, b in zip(w, ends)) for w in points)
 
         def snapshot(step, barrier):  # what the result is made of, kept for the best validation score
             return {"step": step, "val_barrier": barrier, "transforms": self.transforms(), "targets": self.targets()}
