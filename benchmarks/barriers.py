@@ -85,7 +85,7 @@ def main(argv=None):
     import torch
 
     import glmc.data
-    from glmc.align import align
+    from glmc.align import align, method_options
     from glmc.barrier import barrier_metrics, path_curve
     from glmc.models import load_model
 
@@ -103,7 +103,8 @@ def main(argv=None):
         for method, mode in runs:
             torch.manual_seed(0)
             t0 = time.perf_counter()
-            al = align(a, b, method, data=ds, progress=False, steps=args.learned_steps, mode=mode)
+            al = align(a, b, method, **method_options(method, dict(data=ds, progress=False, steps=args.learned_steps,
+                                                                   mode=mode)))
             seconds = time.perf_counter() - t0
             ends = [al.model_a, al.model_b]
             if mode == "circuit":

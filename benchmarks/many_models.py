@@ -48,7 +48,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import glmc.data
-    from glmc.align import align
+    from glmc.align import align, method_options
     from glmc.barrier import barrier_metrics, path_curve
     from glmc.merge import merge_models
     from glmc.models import load_model
@@ -97,8 +97,8 @@ def main(argv=None):
             # learned matching with and without the embedded model's null-space freedom (glmc/align/nullspace.py)
             for method, null_space in (("none", None), ("weight", None), ("learned", "off"), ("learned", None)):
                 t0 = time.perf_counter()
-                al = align(narrow, wide, method, data=ds, progress=False, steps=args.learned_steps,
-                           null_space=null_space)
+                al = align(narrow, wide, method, **method_options(method, dict(
+                    data=ds, progress=False, steps=args.learned_steps, null_space=null_space)))
                 seconds = time.perf_counter() - t0
                 curve = path_curve([al.model_a, al.model_b], batches, ds.task, 11, progress=False)
                 m = barrier_metrics(curve)

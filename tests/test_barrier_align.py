@@ -55,7 +55,7 @@ def test_symmetric_copy_has_a_barrier_that_alignment_removes(gpt2_pair, permuted
     # and the exact inverse transform also gives a zero barrier
     a, _ = load_model(gpt2_pair[0])
     moved, _ = load_model(moved_dir)
-    back = transform_model(moved, t.inverse(), canonicalise_first=False)
+    back = transform_model(moved, t.inverse(adapter_for(a).arch(a)), canonicalise_first=False)
     x = torch.randint(0, a.config.vocab_size, (4, 33), generator=torch.Generator().manual_seed(0))
     batches = [{"input_ids": x[:, :-1], "targets": x[:, 1:]}]
     from glmc.model_ops import canonical_model

@@ -57,9 +57,9 @@ def test_circuits_absorb_per_head_invertible_maps():
     view, adapter = canonical_view(model)
     arch = adapter.arch(model)
     gen = torch.Generator().manual_seed(0)
-    t = random_class_element("qk", arch, gen).then(random_class_element("ov", arch, gen))
-    a, b = circuit_params(view, arch.n_layer), circuit_params(t.apply(view, arch.n_layer), arch.n_layer)
-    assert (view["blocks.0.attn.q.w"] - t.apply(view, arch.n_layer)["blocks.0.attn.q.w"]).abs().max() > 0.1
+    t = random_class_element("qk", arch, gen).then(random_class_element("ov", arch, gen), arch)
+    a, b = circuit_params(view, arch.n_layer), circuit_params(t.apply(view, arch), arch.n_layer)
+    assert (view["blocks.0.attn.q.w"] - t.apply(view, arch)["blocks.0.attn.q.w"]).abs().max() > 0.1
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-4), k
     assert parameter_count(a) > sum(v.numel() for v in view.values())  # circuits are larger than the native model

@@ -5,10 +5,11 @@ import torch
 
 from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
-from glmc.align.learned import Latents, apply_dense
-from glmc.align.projections import hard_permutation, hungarian_ste, polar, sinkhorn
+from glmc.align.learned import Latents
+from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn
 from glmc.canonical import canonicalise
 from glmc.symmetry.random import random_full_transform
+from glmc.symmetry.transform import apply_elements
 
 
 def test_polar_gradient_is_correct_at_and_away_from_orthogonal_points():
@@ -44,20 +45,20 @@ def test_differentiable_path_matches_exact_transform(perm_only):
     model = tiny_gpt2(n_layer=2)
     adapter = adapter_for(model)
     arch = adapter.arch(model)
-    view = canonicalise(adapter.to_canonical(model), arch.n_layer)
+    view = canonicalise(adapter.to_canonical(model), arch)
     t = random_full_transform(arch, torch.Generator().manual_seed(0))
     if perm_only:
-        from glmc.symmetry.groups import random_permutation
+        from glmc.symmetry.kinds import kind
 
         t.elements = {k: v for k, v in t.elements.items() if not k.startswith(("qk.", "ov."))}
-        t.elements["residual"] = random_permutation(arch.d_model, torch.Generator().manual_seed(1))
-    lat = Latents(t, arch, permutations_only=perm_only)
-    exact = lat.transform().apply(view, arch.n_layer)
-    dense = apply_dense(view, lat.dense(hard=True), arch.n_layer)
+        t.elements["residual"] = kind("permutation").random(arch.d_model, None, torch.Generator().manual_seed(1))
+    lat = Latents(t, arch, kinds={"residual": "permutation"} if perm_only else None)
+    exact = lat.transform().apply(view, arch)
+    dense = apply_elements(view, lat.dense(hard=True), arch)
     for k in view:
         assert torch.allclose(exact[k], dense[k], atol=1e-4), k
     # and the latents reproduce the transform they were initialised from
-    ref = t.apply(view, arch.n_layer)
+    ref = t.apply(view, arch)
     for k in view:
         assert torch.allclose(ref[k], exact[k], atol=1e-4), k
 

@@ -77,7 +77,7 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
     assert json.loads((tmp_path / "n2w" / "align.json").read_text())["null_space"] == "fixed"
     embedded = widen_model(narrow, 64, n_head=4, d_mlp=128)
     view, adapter = canonical_view(embedded)
-    moved = Transform.load(tmp_path / "n2w" / "transform.safetensors").apply(view, 2)
+    moved = Transform.load(tmp_path / "n2w" / "transform.safetensors").apply(view, adapter.arch(embedded))
     filled = load_file(tmp_path / "n2w" / "null_space_fill.safetensors")
     assert filled and set(filled) < set(moved)
     rebuilt = adapter.from_canonical({k: v + filled[k] if k in filled else v for k, v in moved.items()}, embedded)

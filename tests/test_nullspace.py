@@ -11,7 +11,7 @@ from glmc.canonical import canonicalise
 from glmc.model_ops import canonical_view, logits, widen_model
 from glmc.symmetry.random import random_full_transform
 from glmc.verify import probe_inputs
-from glmc.widen import random_mean_preserving_embedding
+from glmc.widen import residual_embedding
 
 # (narrow model, wide widths: d_model, n_head, d_mlp): extra heads, wider heads and extra MLP units all occur
 CASES = {
@@ -25,8 +25,7 @@ CASES = {
 def _embedded(case, seed=0):
     make, (d, h, n) = CASES[case]
     narrow = make()
-    o = random_mean_preserving_embedding(adapter_for(narrow).arch(narrow).d_model, d,
-                                         torch.Generator().manual_seed(seed))
+    o = residual_embedding(adapter_for(narrow).arch(narrow), d, torch.Generator().manual_seed(seed))
     return narrow, widen_model(narrow, d, n_head=h, d_mlp=n, o=o)
 
 
@@ -44,10 +43,10 @@ def test_fill_keeps_the_function_under_a_random_transform(case):
     assert probes[residual_probe(probes)].shape[0] in (n - 1, n)
 
     t = random_full_transform(arch, torch.Generator().manual_seed(3))
-    moved = t.apply(view, arch.n_layer)
+    moved = t.apply(view, arch)
     gen = torch.Generator().manual_seed(4)
     target = {k: torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in view.items()}  # any reference
-    filled = fill(target, moved, {k: v.double() for k, v in moved_probes(probes, t, arch.n_layer).items()},
+    filled = fill(target, moved, {k: v.double() for k, v in moved_probes(probes, t, arch).items()},
                   arch.n_layer)
 
     x = probe_inputs(narrow)
@@ -65,6 +64,6 @@ def test_fill_keeps_the_function_under_a_random_transform(case):
 
 def test_a_full_width_model_has_no_free_directions():
     model = tiny_gpt2(n_embd=32, n_head=4)
-    view = canonicalise(adapter_for(model).to_canonical(model), 2)
+    view = canonicalise(adapter_for(model).to_canonical(model), adapter_for(model).arch(model))
     probes = free_probes(view, 2)
     assert not has_freedom(probes)  # only the all-ones direction, which no LayerNorm output has

@@ -10,11 +10,12 @@ from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.canonical import canonicalise, is_canonical
 from glmc.model_ops import canonical_model, logits, transform_model, widen_model
 from glmc.symmetry import spec
-from glmc.symmetry.groups import IndexMap, LinearMap, random_invertible, random_ones_fixing_orthogonal
+from glmc.symmetry.elements import IndexMap, LinearMap
+from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
 from glmc.verify import probe_inputs, verify_model
-from glmc.widen import random_mean_preserving_embedding
+from glmc.widen import residual_embedding
 
 CONFIGS = [  # (n_layer, n_embd, n_head, n_inner, activation, tied)
     (1, 16, 2, None, "gelu_new", True),
@@ -46,8 +47,8 @@ def test_every_class_alone_and_composed_keeps_logits(cfg, seed):
     model = tiny_gpt2(*cfg, seed=seed)
     checks = verify_model(model, seed=seed)
     names = {c.name for c in checks}
-    assert {"canonical", "orthogonal", "heads", "qk", "ov", "mlp", "rectangular", "composed"} <= names
-    assert ("mlp-split" in names) == (cfg[4] == "relu")
+    assert {"canonical", "residual", "residual:permutation", "heads", "qk", "ov", "mlp", "rectangular", "composed"} <= names
+    assert ("mlp:semi-permutation" in names) == (cfg[4] == "relu")
     for c in checks:
         assert c.max_dlogits <= TOL and c.dloss <= TOL, c
 
@@ -57,8 +58,9 @@ def test_canonical_model_is_standard_and_canonical():
     canon = canonical_model(model)
     adapter = adapter_for(canon)
     view = adapter.to_canonical(canon)
-    assert is_canonical(view, 2)
-    assert not is_canonical(adapter.to_canonical(model), 2)
+    arch = adapter.arch(canon)
+    assert is_canonical(view, arch)
+    assert not is_canonical(adapter.to_canonical(model), arch)
     # folding the final LayerNorm gain into the LM head unties it from the embedding
     assert canon.config.tie_word_embeddings is False
     assert all(torch.all(p == 1) for n, p in canon.named_parameters() if n.endswith(("ln_1.weight", "ln_2.weight")))
@@ -78,7 +80,7 @@ def test_transformed_model_moves_weights_but_not_function():
 def test_inverse_restores_weights():
     model = canonical_model(tiny_gpt2())
     t = random_full_transform(adapter_for(model).arch(model), torch.Generator().manual_seed(4))
-    back = transform_model(transform_model(model, t), t.inverse(), canonicalise_first=False)
+    back = transform_model(transform_model(model, t), t.inverse(adapter_for(model).arch(model)), canonicalise_first=False)
     for (k, a), b in zip(model.state_dict().items(), back.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-4), k
 
@@ -89,7 +91,7 @@ def test_composition_matches_sequential_application():
     gen = torch.Generator().manual_seed(5)
     t1, t2 = random_full_transform(arch, gen), random_full_transform(arch, gen)
     seq = transform_model(transform_model(model, t1), t2, canonicalise_first=False)
-    once = transform_model(model, t1.then(t2), canonicalise_first=False)
+    once = transform_model(model, t1.then(t2, arch), canonicalise_first=False)
     for (k, a), b in zip(seq.state_dict().items(), once.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-4), k
 
@@ -97,8 +99,8 @@ def test_composition_matches_sequential_application():
 def test_wrong_transform_is_caught(monkeypatch):
     """W_K·A instead of W_K·A^-T must be reported by the checker."""
     model = tiny_gpt2()
-    wrong = [(g, k, a, "co" if g == "qk.{i}" and ".attn.k." in k else m, b) for g, k, a, m, b in spec.SPEC]
-    monkeypatch.setattr(spec, "SPEC", wrong)
+    wrong = [(g, k, a, "co" if g == "qk" and ".attn.k." in k else m, b) for g, k, a, m, b in spec.ROWS]
+    monkeypatch.setattr(spec, "ROWS", wrong)
     checks = {c.name: c for c in verify_model(model, classes=["qk"])}
     assert not checks["qk"].ok and checks["qk"].max_dlogits > 1e-2
 
@@ -110,14 +112,14 @@ def test_residual_map_needs_the_ones_direction_fixed():
     d = model.config.n_embd
     q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     bad = transform_model(model, Transform({"residual": LinearMap(q)}), canonicalise_first=False)
-    good = transform_model(model, Transform({"residual": random_ones_fixing_orthogonal(d, torch.Generator())}))
+    good = transform_model(model, Transform({"residual": kind("orthogonal-fixing-ones").random(d, None, torch.Generator())}))
     assert _max_diff(model, bad, x) > 1e-2
     assert _max_diff(model, good, x) <= TOL
 
 
 def test_semi_permutation_is_refused_for_gelu_but_exact_for_relu():
     gelu, relu = tiny_gpt2(activation="gelu_new"), tiny_gpt2(activation="relu")
-    assert "mlp-split" not in exact_classes(adapter_for(gelu).arch(gelu))
+    assert "mlp:semi-permutation" not in exact_classes(adapter_for(gelu).arch(gelu))
     arch = adapter_for(relu).arch(relu)
     split = transform_model(relu, random_class_element("mlp-split", arch, torch.Generator().manual_seed(1)))
     assert split.config.n_inner == arch.d_mlp + arch.d_mlp // 2
@@ -128,7 +130,7 @@ def test_widened_model_is_a_valid_wider_checkpoint(tmp_path):
     from transformers import GPT2LMHeadModel
 
     model = tiny_gpt2(n_embd=32, n_head=4)
-    o = random_mean_preserving_embedding(32, 64, torch.Generator().manual_seed(0))
+    o = residual_embedding(adapter_for(model).arch(model), 64, torch.Generator().manual_seed(0))
     wide = widen_model(model, 64, n_head=8, d_mlp=160, o=o)
     assert (wide.config.n_embd, wide.config.n_head, wide.config.n_inner) == (64, 8, 160)
     assert wide.config.layer_norm_epsilon == pytest.approx(model.config.layer_norm_epsilon / 2)
@@ -153,7 +155,7 @@ def test_transform_save_load_round_trip(tmp_path):
     model = tiny_gpt2(activation="relu")
     arch = adapter_for(model).arch(model)
     gen = torch.Generator().manual_seed(2)
-    t = random_full_transform(arch, gen).then(random_class_element("mlp-split", arch, gen))
+    t = random_full_transform(arch, gen).then(random_class_element("mlp-split", arch, gen), arch)
     t.save(tmp_path / "t.safetensors")
     back = Transform.load(tmp_path / "t.safetensors")
     assert back.describe() == t.describe()
@@ -167,7 +169,7 @@ def test_group_elements_compose_and_invert():
     x = torch.randn(3, 7)
     assert torch.equal(p1.then(p2).act(x, 1, "co"), p2.act(p1.act(x, 1, "co"), 1, "co"))
     assert torch.equal(p1.inverse().act(p1.act(x, 1, "co"), 1, "co"), x)
-    a = random_invertible(5, gen, (3,))
+    a = kind("invertible").random(5, 3, gen)
     y = torch.randn(3, 5, 4)
     assert torch.allclose(a.inverse().act(a.act(y, 1, "co", 0), 1, "co", 0), y, atol=1e-5)
     # co and contra actions are dual: <co(u), contra(v)> = <u, v>
@@ -192,7 +194,7 @@ def test_canonicalise_does_not_modify_its_input():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     view = adapter_for(model).to_canonical(model)
     snapshot = {k: v.clone() for k, v in view.items()}
-    canonicalise(view, 2)
+    canonicalise(view, adapter_for(model).arch(model))
     transform_model(model, random_full_transform(adapter_for(model).arch(model), torch.Generator()))
     assert all(torch.equal(view[k], snapshot[k]) for k in view)
     assert all(torch.equal(model.state_dict()[k], before[k]) for k in before)
@@ -203,5 +205,5 @@ def test_pairs_of_classes_compose(a, b):
     model = canonical_model(tiny_gpt2(n_layer=1))
     arch = adapter_for(model).arch(model)
     gen = torch.Generator().manual_seed(7)
-    t = random_class_element(a, arch, gen).then(random_class_element(b, arch, gen))
+    t = random_class_element(a, arch, gen).then(random_class_element(b, arch, gen), arch)
     assert _max_diff(model, transform_model(model, t), probe_inputs(model)) <= TOL

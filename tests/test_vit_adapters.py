@@ -15,7 +15,7 @@ from glmc.models import _timm_from_kwargs, load_model, save_model
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
 from glmc.verify import probe_inputs, verify_model
-from glmc.widen import random_mean_preserving_embedding
+from glmc.widen import residual_embedding
 
 TOL = 1e-4
 # HF hidden_act -> timm act_layer with the same function
@@ -116,10 +116,10 @@ def test_every_class_alone_and_composed_keeps_logits(family, name):
     arch = adapter_for(model).arch(model)
     checks = verify_model(model, seed=1)
     names = {c.name for c in checks}
-    expected = {"canonical", "orthogonal", "residual-perm", "heads", "ov", "mlp", "mlp-pad", "composed",
+    expected = {"canonical", "residual", "residual:permutation", "heads", "ov", "mlp", "mlp:zero-pad", "composed",
                 "composed∘inverse"}
     assert expected <= names
-    assert ("mlp-split" in names) == arch.relu
+    assert ("mlp:semi-permutation" in names) == arch.relu
     assert ({"qk", "rectangular"} <= names) == (name != "qknorm")
     for c in checks:
         assert c.max_dlogits <= TOL and c.dloss <= TOL, c
@@ -146,7 +146,9 @@ def test_qk_norm_restricts_exactly_the_broken_classes():
     assert set(arch.unsupported) == {"qk", "rectangular"} and "qk_norm" in arch.unsupported["qk"]
     assert "qk" not in exact_classes(arch) and not any(g.startswith("qk.") for g in random_full_transform(
         arch, torch.Generator()).elements)
-    qk = random_class_element("qk", arch, torch.Generator().manual_seed(0))
+    plain = timm_vit(**{**TIMM_CONFIGS["qknorm"], "qk_norm": False})
+    plain_arch = adapter_for(plain).arch(plain)
+    qk = random_class_element("qk", plain_arch, torch.Generator().manual_seed(0))
     with pytest.raises(UnsupportedModel, match="qk_norm"):
         transform_model(model, qk)
     with pytest.raises(UnsupportedModel, match="qk_norm"):
@@ -155,10 +157,9 @@ def test_qk_norm_restricts_exactly_the_broken_classes():
         widen_model(model, 64)
     # the refusal is warranted: forced through the canonical view, a QK map changes the function
     adapter = adapter_for(model)
-    forced = adapter.from_canonical(qk.apply(adapter.to_canonical(model), arch.n_layer), model)
+    forced = adapter.from_canonical(qk.apply(adapter.to_canonical(model), plain_arch), model)
     assert _max_diff(model, forced, probe_inputs(model)) > 1e-2
     # ... and the same map is exact without qk_norm
-    plain = timm_vit(**{**TIMM_CONFIGS["qknorm"], "qk_norm": False})
     assert _max_diff(plain, transform_model(plain, qk), probe_inputs(plain)) <= TOL
 
 
@@ -167,7 +168,7 @@ def test_qk_norm_restricts_exactly_the_broken_classes():
 def test_widened_model_saves_and_reloads(family, name, tmp_path):
     model = make(family, name)
     arch = adapter_for(model).arch(model)
-    o = random_mean_preserving_embedding(arch.d_model, 2 * arch.d_model, torch.Generator().manual_seed(0))
+    o = residual_embedding(arch, 2 * arch.d_model, torch.Generator().manual_seed(0))
     wide = widen_model(model, 2 * arch.d_model, n_head=2 * arch.n_head, d_mlp=arch.d_mlp + 8, o=o)
     wa = adapter_for(wide).arch(wide)
     assert (wa.d_model, wa.n_head, wa.d_head, wa.d_mlp) == (2 * arch.d_model, 2 * arch.n_head, arch.d_head,

@@ -4,8 +4,9 @@
    W ← W·diag(γ) (residual axis last), b ← b + W·β; then γ = 1, β = 0. A reader without bias (GPT-2's LM
    head) keeps β as the norm's bias (γ is still folded).
 2. Fold LayerScale (timm ls1/ls2) into the writer it scales.
-3. Mean-centre every residual writer (last axis): every reader sees the stream through a LayerNorm, which
-   subtracts the mean anyway, so the function is unchanged and the stream becomes mean-zero.
+3. LayerNorm models only (arch.norm): mean-centre every residual writer (last axis): every reader sees the
+   stream through a LayerNorm, which subtracts the mean anyway, so the function is unchanged and the stream
+   becomes mean-zero. An RMS norm does not subtract the mean, so its writers stay as they are.
 Family-agnostic: works on the canonical view only.
 """
 
@@ -31,7 +32,8 @@ def fold_norms(view: dict, n_layer: int) -> dict:
     for norm_t, readers_t in NORM_READERS.items():
         for i in range(n_layer) if "{i}" in norm_t else [None]:
             norm = norm_t.format(i=i)
-            gamma, beta = v[norm + ".w"].double(), v[norm + ".b"].double()
+            gamma = v[norm + ".w"].double()
+            beta = v[norm + ".b"].double() if norm + ".b" in v else torch.zeros_like(gamma)
             readers = [(w.format(i=i), b.format(i=i)) for w, b in readers_t]
             keep_beta = any(b not in v for _, b in readers)
             for wk, bk in readers:
@@ -40,7 +42,9 @@ def fold_norms(view: dict, n_layer: int) -> dict:
                     v[bk] = (v[bk].double() + w @ beta).to(v[bk].dtype)
                 v[wk] = (w * gamma).to(v[wk].dtype)
             v[norm + ".w"] = torch.ones_like(v[norm + ".w"])
-            v[norm + ".b"] = (beta / gamma).to(v[norm + ".b"].dtype) if keep_beta else torch.zeros_like(v[norm + ".b"])
+            if norm + ".b" in v:  # an RMS norm has none
+                v[norm + ".b"] = (beta / gamma).to(v[norm + ".b"].dtype) if keep_beta else torch.zeros_like(beta).to(
+                    v[norm + ".b"].dtype)
     return v
 
 
@@ -66,17 +70,19 @@ def centre_writers(view: dict, n_layer: int) -> dict:
     return v
 
 
-def canonicalise(view: dict, n_layer: int) -> dict:
-    return centre_writers(fold_norms(fold_layer_scale(view, n_layer), n_layer), n_layer)
+def canonicalise(view: dict, arch) -> dict:
+    v = fold_norms(fold_layer_scale(view, arch.n_layer), arch.n_layer)
+    return centre_writers(v, arch.n_layer) if arch.norm == "layernorm" else v
 
 
-def is_canonical(view: dict, n_layer: int, atol: float = 1e-5) -> bool:
-    """LayerNorm gains are 1, LayerScale is folded and every writer is mean-centred."""
+def is_canonical(view: dict, arch, atol: float = 1e-5) -> bool:
+    """Norm gains are 1, LayerScale is folded and (LayerNorm models) every writer is mean-centred."""
+    n_layer = arch.n_layer
     for k, t in view.items():
         if k.endswith((".ln1.w", ".ln2.w", "ls1", "ls2")) or k == "ln_final.w":
             if not torch.all(t == 1):
                 return False
-    for k in expand_keys(WRITERS, n_layer, view):
+    for k in expand_keys(WRITERS, n_layer, view) if arch.norm == "layernorm" else []:
         if view[k].double().mean(-1).abs().max() > atol * max(1.0, float(view[k].abs().max())):
             return False
     return True

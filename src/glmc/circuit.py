@@ -55,6 +55,8 @@ def _key(name: str) -> str:
 class CircuitModel(torch.nn.Module):
     """Evaluates a circuit-form model. `config`: the adapter's io_spec plus n_layer, n_head, d_head, ln_eps."""
 
+    reads_batch = True  # called with a glmc.data batch dict as keywords (glmc.adapters.forward)
+
     def __init__(self, config: dict, params: dict):
         super().__init__()
         self.config = dict(config)
@@ -71,6 +73,10 @@ class CircuitModel(torch.nn.Module):
     def _get(self, name):
         return self.p[_key(name)] if _key(name) in self.p else None
 
+    def _bias(self, x, name):
+        b = self._get(name)  # absent in bias-free layers
+        return x if b is None else x + b
+
     def _norm(self, x, name):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config["ln_eps"])
         b = self._get(name + ".b")
@@ -85,7 +91,7 @@ class CircuitModel(torch.nn.Module):
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(mask, float("-inf"))
         z = torch.einsum("bhij,bjd->bhid", scores.softmax(-1), xh)
-        return torch.einsum("bhid,hde->bie", z, self._get(f"blocks.{i}.attn.ov")) + self._get(f"blocks.{i}.attn.o.b")
+        return self._bias(torch.einsum("bhid,hde->bie", z, self._get(f"blocks.{i}.attn.ov")), f"blocks.{i}.attn.o.b")
 
     def _embed(self, input_ids=None, pixel_values=None):
         c = self.config
@@ -105,16 +111,14 @@ class CircuitModel(torch.nn.Module):
         x = self._embed(input_ids, pixel_values)
         for i in range(c["n_layer"]):
             x = x + self._attention(self._norm(x, f"blocks.{i}.ln1"), i)
-            h = self._norm(x, f"blocks.{i}.ln2") @ self._get(f"blocks.{i}.mlp.in.w").T + self._get(f"blocks.{i}.mlp.in.b")
-            x = x + self.act(h) @ self._get(f"blocks.{i}.mlp.out.w") + self._get(f"blocks.{i}.mlp.out.b")
+            h = self._bias(self._norm(x, f"blocks.{i}.ln2") @ self._get(f"blocks.{i}.mlp.in.w").T, f"blocks.{i}.mlp.in.b")
+            x = x + self._bias(self.act(h) @ self._get(f"blocks.{i}.mlp.out.w"), f"blocks.{i}.mlp.out.b")
         if c["pool"] == "cls":
             x = x[:, 0]
         elif c["pool"] == "avg":
             x = x[:, 1:].mean(1)
         x = self._norm(x, "ln_final")
-        out = x @ self._get("head.w").T
-        b = self._get("head.b")
-        return out if b is None else out + b
+        return self._bias(x @ self._get("head.w").T, "head.b")
 
     def save(self, path) -> Path:
         with atomic_dir(path) as tmp:

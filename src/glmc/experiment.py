@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import time
 
-from glmc.align import align
+from glmc.align import align, method_options
 from glmc.barrier import barrier_metrics, path_curve
 from glmc.io import atomic_path
 
@@ -24,13 +24,14 @@ def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=Tru
     results = {}
     for method in methods:
         t0 = time.perf_counter()
-        al = align(model_a, model_b, method, data=ds, progress=progress, mode=mode, **(align_options or {}))
+        options = method_options(method, {"data": ds, "progress": progress, "mode": mode, **(align_options or {})})
+        al = align(model_a, model_b, method, **options)
         align_seconds = time.perf_counter() - t0
         ends = [al.model_a, al.model_b]
         if mode == "circuit":
             from glmc.circuit import circuit_model
 
-            ends = [circuit_model(m.cpu()).to(next(m.parameters()).device) for m in ends]
+            ends = [circuit_model(m) for m in ends]
         curve = path_curve(ends, batches, ds.task, points, progress, label=method)
         results[method] = {**curve, **barrier_metrics(curve), "align_seconds": align_seconds,
                            "curve_seconds": curve.pop("seconds"), "alignment": al.report, "mode": mode,

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from glmc.align.common import canonical_cpu_view, check_compatible, max_logit_change
+from glmc.align.common import FUNCTION_TOL, canonical_cpu_view, check_compatible, max_logit_change, model_device
 from glmc.align.weight import weight_matching
 from glmc.symmetry.transform import Transform
+from glmc.errors import BadOption, IncompatibleModels
 
 
 def canonical_views(models: list):
@@ -51,7 +50,7 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
                 continue
             transforms[m], _ = weight_matching(universe, views[m], arch, iterations, progress=progress,
                                                balanced=balanced)
-        aligned = [t.apply(v, arch.n_layer) if t.elements else v for t, v in zip(transforms, views)]
+        aligned = [t.apply(v, arch) if t.elements else v for t, v in zip(transforms, views)]
         universe = average(aligned, weights)
         spread = sum(float((a[key] - universe[key]).double().pow(2).sum()) for a in aligned for key in universe)
         log.append({"round": r + 1, "spread": spread, "seconds": time.perf_counter() - t0})
@@ -61,15 +60,24 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
 def merge_models(models: list, method: str = "weight", weights=None, rounds: int = 3, iterations: int = 5,
                  data=None, progress=True, mode: str = "native", null_space: str = "fixed", balanced=None,
                  **learned_options):
-    """(merged native model, aligned native models, report). Every aligned model is checked to keep its
-    function (max |Δlogits| in the report). Embedded narrower models get their free reader weights from the
-    weighted average of the full-width ones (`null_space="fixed"`, glmc/align/nullspace.py; "off": zeros)."""
+    """(merged native model, aligned native models, their transforms, report). Every aligned model is checked to
+    keep its function (max |Δlogits| in the report). Embedded narrower models get their free reader weights from
+    the weighted average of the full-width ones (`null_space="fixed"`, glmc/align/nullspace.py; "off": zeros).
+    Results are placed on the first model's device; the inputs are neither moved nor modified.
+    `learned_options` go to the refinement (LearnedMatcher.fit: steps, lr, concentration, …) and are only used
+    with method="learned"; a name fit does not take raises TypeError."""
+    from glmc.align.common import check_options
+    from glmc.align.learned import LearnedMatcher
+
+    if method not in ("weight", "learned"):
+        raise BadOption(f"unknown merge method {method!r}; choose weight or learned")
+    check_options("learned refinement", LearnedMatcher.fit, learned_options)
     models, template, widened = _common_width(models)
     adapter, arch, views = canonical_views(models)
     k = len(models)
     weights = weights or [1.0 / k] * k
     if abs(sum(weights) - 1) > 1e-6:
-        raise ValueError(f"merge weights must sum to 1, got {weights}")
+        raise BadOption(f"merge weights must sum to 1, got {weights}")
     if balanced is None:  # learned refinement starts from the unweighted fit, as pairs do (glmc/align/learned.py)
         balanced = method != "learned"
     transforms, log = universe_alignment(views, arch, weights, rounds, iterations, progress, balanced)
@@ -78,18 +86,22 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
         transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress, mode,
                                             **learned_options)
         report["learned"] = fit
-    aligned_views = [t.apply(v, arch.n_layer) if t.elements else v for t, v in zip(transforms, views)]
+    aligned_views = [t.apply(v, arch) if t.elements else v for t, v in zip(transforms, views)]
     if null_space == "fixed" and len(widened) < k:
-        aligned_views, fills = _fill_widened(aligned_views, views, transforms, widened, weights, arch.n_layer)
+        aligned_views, fills = _fill_widened(aligned_views, views, transforms, widened, weights, arch)
         # model index -> {key: tensor added after its transform}; tensors, popped by the CLI (not JSON)
         report.update(null_space="fixed", fills=fills)
-    aligned = [adapter.from_canonical(v, m.cpu()) for v, m in zip(aligned_views, models)]
+    device = model_device(models[0])
+    aligned = [adapter.from_canonical(v, m).to(model_device(m)) for v, m in zip(aligned_views, models)]
     report["max_dlogits"] = [max_logit_change(m, a) for m, a in zip(models, aligned)]
-    merged = adapter.from_canonical(average(aligned_views, weights), template.cpu())
+    if not max(report["max_dlogits"]) <= FUNCTION_TOL:
+        raise RuntimeError(f"merge changed an aligned model's function: max |Δlogits| {max(report['max_dlogits']):.3g}"
+                           f" > {FUNCTION_TOL:g} (a bug: please report it with the models' configs)")
+    merged = adapter.from_canonical(average(aligned_views, weights), template).to(device)
     return merged, aligned, transforms, report
 
 
-def _fill_widened(aligned_views, views, transforms, widened, weights, n_layer):
+def _fill_widened(aligned_views, views, transforms, widened, weights, arch):
     """(views, fills): each embedded model's free weights set to the weighted average of the models that were not
     embedded, so the merge keeps those weights whole instead of diluting them with the embedding's zeros."""
     from glmc.align.nullspace import fill_exact, free_probes
@@ -98,7 +110,7 @@ def _fill_widened(aligned_views, views, transforms, widened, weights, n_layer):
     target = average([aligned_views[m] for m in full], [weights[m] / sum(weights[j] for j in full) for m in full])
     out, fills = list(aligned_views), {}
     for m in (i - 1 for i in widened):
-        out[m], fills[m] = fill_exact(target, out[m], free_probes(views[m], n_layer), transforms[m], n_layer)
+        out[m], fills[m] = fill_exact(target, out[m], free_probes(views[m], arch.n_layer), transforms[m], arch)
     return out, fills
 
 
@@ -116,9 +128,9 @@ def _common_width(models):
             out.append(m)
             continue
         if s[0] != w[0] or any(x > y for x, y in zip(s, w)):
-            raise ValueError(f"model {i + 1} {s} cannot be embedded into the widest model {w} (same depth, every "
-                             "width at most the widest's)")
-        out.append(widen_model(m.cpu(), w[1], n_head=w[2], d_mlp=w[4]))
+            raise IncompatibleModels(f"model {i + 1} {s} cannot be embedded into the widest model {w} (same depth, "
+                                     "every width at most the widest's)")
+        out.append(widen_model(m, w[1], n_head=w[2], d_mlp=w[4]).to(model_device(m)))
         widened.append(i + 1)
     return out, models[widest], widened
 
@@ -130,11 +142,11 @@ def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=T
     if data is None:
         raise ValueError("learned refinement trains on data (the models' glmc.json or --data)")
     # the latents for model m start at the universe transform of m composed with the inverse of model 1's
-    rel = [transforms[m] if not transforms[0].elements else transforms[m].then(transforms[0].inverse())
+    rel = [transforms[m] if not transforms[0].elements else transforms[m].then(transforms[0].inverse(arch), arch)
            for m in range(1, len(views))]
-    template = adapter.from_canonical(views[0], models[0].cpu())
-    matcher = LearnedMatcher([views[0]] + views[1:], adapter, arch, template, data, rel, device=torch.device("cpu"),
-                             mode=mode)
+    template = adapter.from_canonical(views[0], models[0])
+    matcher = LearnedMatcher([views[0]] + views[1:], adapter, arch, template, data, rel,
+                             device=model_device(models[0]), mode=mode)
     options = {**SIMPLEX_DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
     fit = matcher.fit(progress=progress, **options)
     learned = fit.pop("transforms")

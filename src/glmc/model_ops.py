@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from glmc.adapters import UnsupportedModel, adapter_for
+from glmc.adapters import UnsupportedModel, adapter_for, forward
 from glmc.canonical import canonicalise, is_canonical
+from glmc.evaluate import model_device
+from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform
 
 
@@ -13,7 +15,7 @@ def canonical_view(model) -> tuple[dict, "object"]:
     """(canonicalised view, adapter) of a native model; the model is not modified."""
     adapter = adapter_for(model)
     arch = adapter.arch(model)
-    return canonicalise(adapter.to_canonical(model), arch.n_layer), adapter
+    return canonicalise(adapter.to_canonical(model), arch), adapter
 
 
 def canonical_model(model):
@@ -23,9 +25,11 @@ def canonical_model(model):
 
 
 def refuse_unsupported(arch, classes) -> None:
-    """Raise UnsupportedModel if any of `classes` (class names, or group names like "qk" for qk.{i}) is one the
+    """Raise UnsupportedModel if any of `classes` (roles, "role:kind" classes or "rectangular") is one the
     model's adapter declared not exact for it (arch.unsupported)."""
-    bad = {c: arch.unsupported[c] for c in classes if c in arch.unsupported}
+    from glmc.symmetry.random import resolve
+
+    bad = {c: arch.unsupported[resolve(c)[0]] for c in classes if resolve(c)[0] in arch.unsupported}
     if bad:
         raise UnsupportedModel("; ".join(f"class {c!r} is not exact for this {arch.family} model: {why}"
                                          for c, why in bad.items()))
@@ -36,32 +40,24 @@ def transform_model(model, transform: Transform, canonicalise_first: bool = True
     residual stream, which needs it)."""
     adapter = adapter_for(model)
     arch = adapter.arch(model)
-    refuse_unsupported(arch, {name.split(".")[0] for name in transform.elements})
+    roles = {split_name(name)[0] for name in transform.elements}
+    refuse_unsupported(arch, roles)
     view = adapter.to_canonical(model)
-    if "residual" in transform:
+    if "residual" in roles:
         if canonicalise_first:
-            view = canonicalise(view, arch.n_layer)
-        elif not is_canonical(view, arch.n_layer):
-            raise ValueError("a residual map needs a canonical model (LayerNorm gains 1, writers mean-centred)")
-    return adapter.from_canonical(transform.apply(view, arch.n_layer), model)
+            view = canonicalise(view, arch)
+        elif not is_canonical(view, arch):
+            raise ValueError("a residual map needs a canonical model (norm gains 1, LayerNorm writers mean-centred)")
+    return adapter.from_canonical(transform.apply(view, arch), model)
 
 
 @torch.no_grad()
-def logits(model, inputs: torch.Tensor) -> torch.Tensor:
-    out = model(inputs) if not _is_hf(model) else model(**_hf_inputs(model, inputs))
-    if hasattr(out, "logits"):
-        out = out.logits
-    elif hasattr(out, "pooler_output"):  # HF ViTModel: the pooled output is its invariant output
-        out = out.pooler_output
-    return out.float()
-
-
-def _is_hf(model) -> bool:
-    return hasattr(model, "config") and hasattr(model.config, "model_type")
-
-
-def _hf_inputs(model, inputs):
-    return {"input_ids": inputs} if inputs.dtype == torch.long else {"pixel_values": inputs}
+def logits(model, inputs) -> torch.Tensor:
+    """float32 logits of `model` on a glmc.data batch dict, or on a bare input tensor (what
+    verify.probe_inputs returns), moved to the model's device."""
+    batch = inputs if isinstance(inputs, dict) else adapter_for(model, check=False).batch_of(inputs)
+    device = model_device(model)
+    return forward(model, {k: v.to(device) for k, v in batch.items()}).float()
 
 
 def widen_model(model, d_model: int, n_head: int | None = None, d_mlp: int | None = None,

@@ -14,26 +14,19 @@ import math
 
 import torch
 
-from glmc.adapters.base import Arch
-from glmc.symmetry.groups import LinearMap, ones_complement_basis, random_orthogonal, zero_pad
+from glmc.symmetry.elements import LinearMap
+from glmc.symmetry.kinds import kind, zero_pad
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
 
 
-def mean_preserving_embedding(n: int, m: int, r: torch.Tensor | None = None) -> torch.Tensor:
-    """O = 1_N·1_Mᵀ/√(NM) + U_N·R·V_Mᵀ, with R ((N−1)×(M−1), orthonormal rows; default [I 0])."""
-    if r is None:
-        r = torch.eye(n - 1, m - 1, dtype=torch.float64)
-    return (torch.ones(n, m, dtype=torch.float64) / math.sqrt(n * m)
-            + ones_complement_basis(n) @ r.double() @ ones_complement_basis(m).T)
+def residual_embedding(arch, d_model: int, gen: torch.Generator | None = None) -> torch.Tensor:
+    """The exact N×M embedding of the residual stream the model's residual group allows (LayerNorm: mean-preserving;
+    RMS norm: any orthonormal rows); random with `gen`."""
+    return kind(arch.groups["residual"].kind).embed(arch.d_model, d_model, gen)
 
 
-def random_mean_preserving_embedding(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
-    q = random_orthogonal(m - 1, gen)[: n - 1]  # (N−1)×(M−1) with orthonormal rows
-    return mean_preserving_embedding(n, m, q)
-
-
-def embed_residual(view: dict, arch: Arch, o: torch.Tensor) -> dict:
+def embed_residual(view: dict, arch, o: torch.Tensor) -> dict:
     n, m = o.shape
     c = math.sqrt(n / m)
     v = dict(view)
@@ -45,21 +38,21 @@ def embed_residual(view: dict, arch: Arch, o: torch.Tensor) -> dict:
     for k in expand_keys(READERS, arch.n_layer, view):
         v[k] = lm.act(v[k], -1, "contra") * c
     for k in expand_keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w", "blocks.{i}.ls1", "blocks.{i}.ls2"],
-                   arch.n_layer, view):
+                         arch.n_layer, view):
         if not torch.all(v[k] == 1):
-            raise ValueError("embed a canonical view: LayerNorm gains and LayerScale must be folded first")
+            raise ValueError("embed a canonical view: norm gains and LayerScale must be folded first")
         v[k] = torch.ones(m, dtype=v[k].dtype)
     return v
 
 
-def pad_heads(view: dict, arch: Arch, n_head: int, d_head: int) -> dict:
+def pad_heads(view: dict, arch, n_head: int, d_head: int) -> dict:
     """Zero-pad each head's dimension to d_head and the head count to n_head."""
     v = dict(view)
     scale = math.sqrt(d_head / arch.d_head)
     t = Transform()
     for i in range(arch.n_layer):
         t.elements[f"heads.{i}"] = zero_pad(arch.n_head, n_head)
-    v = t.apply(v, arch.n_layer)
+    v = t.apply(v, arch)
     dim_pad = zero_pad(arch.d_head, d_head)
     for i in range(arch.n_layer):
         for p in "qkvo":
@@ -73,11 +66,11 @@ def pad_heads(view: dict, arch: Arch, n_head: int, d_head: int) -> dict:
     return v
 
 
-def pad_mlp(view: dict, arch: Arch, d_mlp: int) -> dict:
-    return Transform({f"mlp.{i}": zero_pad(arch.d_mlp, d_mlp) for i in range(arch.n_layer)}).apply(view, arch.n_layer)
+def pad_mlp(view: dict, arch, d_mlp: int) -> dict:
+    return Transform({f"mlp.{i}": zero_pad(arch.d_mlp, d_mlp) for i in range(arch.n_layer)}).apply(view, arch)
 
 
-def widen(view: dict, arch: Arch, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
+def widen(view: dict, arch, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
           o: torch.Tensor | None = None) -> tuple[dict, float]:
     """(wide canonical view, LayerNorm eps for the wide model). Head count defaults to the narrow model's, so
     d_head grows with the residual width (HF GPT-2 and ViT need n_head·d_head = d_model)."""
@@ -87,7 +80,7 @@ def widen(view: dict, arch: Arch, d_model: int, n_head: int | None = None, d_mlp
     d_head = d_model // n_head
     if d_model < arch.d_model or n_head < arch.n_head or d_head < arch.d_head or (d_mlp or arch.d_mlp) < arch.d_mlp:
         raise ValueError("widen only grows widths; for a narrower target swap the models")
-    o = mean_preserving_embedding(arch.d_model, d_model) if o is None else o
+    o = residual_embedding(arch, d_model) if o is None else o
     v = embed_residual(view, arch, o)
     if (n_head, d_head) != (arch.n_head, arch.d_head):
         v = pad_heads(v, arch, n_head, d_head)

@@ -9,11 +9,11 @@ gains folded, writers centred; same function as the inputs), since the residual 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 
-from glmc.symmetry.transform import Transform
+from glmc.align.common import Alignment, check_options, model_device
+from glmc.errors import BadOption, IncompatibleModels
 
-# method name -> module under glmc.align defining `align(model_a, model_b, **options) -> Alignment`
+# method name -> module under glmc.align defining `align(model_a, model_b, ...) -> Alignment`
 METHODS = {
     "none": None,
     "weight": "weight",
@@ -21,44 +21,57 @@ METHODS = {
     "learned": "learned",
     "learned-perm": "learned",
 }
-
-
-@dataclass
-class Alignment:
-    model_a: object
-    model_b: object
-    transform: Transform | None
-    report: dict = field(default_factory=dict)
-    moved: str = "B"  # which endpoint the transform moved ("A" when A was the narrower model, embedded)
-    # an embedded narrower model's null-space fill: canonical key -> tensor added after the transform
-    # (glmc/align/nullspace.py); None when there was none
-    fill: dict | None = None
-
-
 NULL_SPACE_MODES = ("learned", "fixed", "off")
+# options `align` itself consumes for pairs of different widths, before a method sees them
+PAIR_OPTIONS = ("null_space",)
 
 
 def available_methods() -> list[str]:
-    out = []
-    for name, module in METHODS.items():
-        if module is None or importlib.util.find_spec(f"glmc.align.{module}") is not None:
-            out.append(name)
-    return out
+    return list(METHODS)
+
+
+def _method_function(method: str):
+    if method not in METHODS:
+        raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
+    if METHODS[method] is None:
+        return None
+    return importlib.import_module(f"glmc.align.{METHODS[method]}").align
+
+
+def method_options(method: str, options: dict) -> dict:
+    """The subset of `options` (one set shared by several methods, as the CLI has) that `method` takes; an
+    option no method takes is refused."""
+    funcs = {m: _method_function(m) for m in METHODS}
+    known = {k for f in funcs.values() if f is not None for k in _accepted(f)} | set(PAIR_OPTIONS)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown alignment option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    func = funcs[method]
+    take = set(_accepted(func)) if func is not None else set()
+    return {k: v for k, v in options.items() if k in take or k in PAIR_OPTIONS}
+
+
+def _accepted(func) -> list[str]:
+    import inspect
+
+    return [k for k, p in inspect.signature(func).parameters.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and k not in ("model_a", "model_b")]
 
 
 def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
-    if method not in METHODS:
-        raise ValueError(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
-    if method not in available_methods():
-        raise ValueError(f"alignment method {method!r} is not implemented yet")
+    """Bring `model_b` next to `model_a` by a symmetry transform; see the module docstring. Options are the
+    method's own (glmc.align.weight.align, activation.align, learned.align); an unknown one raises TypeError."""
+    func = _method_function(method)
     if _shape(model_a) != _shape(model_b):
         return _align_widths(model_a, model_b, method, **options)
-    if METHODS[method] is None:
+    options.pop("null_space", None)  # only pairs of different widths have a null space to fill
+    if func is None:
+        check_options(method, lambda: None, options)
         return Alignment(model_a, model_b, None, {"method": "none"})
-    module = importlib.import_module(f"glmc.align.{METHODS[method]}")
     if method == "learned-perm":
         options["permutations_only"] = True
-    return module.align(model_a, model_b, **options)
+    check_options(method, func, options)
+    return func(model_a, model_b, **options)
 
 
 def _shape(model):
@@ -76,29 +89,33 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
 
     (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = _shape(model_a), _shape(model_b)
     if la != lb:
-        raise ValueError(f"models differ in depth ({la} vs {lb} layers); glmc aligns widths, not depths")
+        raise IncompatibleModels(f"models differ in depth ({la} vs {lb} layers); glmc aligns widths, not depths")
     a_narrow = (da, ha, dha, na) <= (db, hb, dhb, nb)
     narrow, wide = (model_a, model_b) if a_narrow else (model_b, model_a)
     w = _shape(wide)
     if any(x > y for x, y in zip(_shape(narrow), w)):
-        raise ValueError("one model must be at most as wide as the other in every width (residual, heads, "
-                         f"head size, MLP): {_shape(model_a)} vs {_shape(model_b)}")
-    embedded = widen_model(narrow.cpu(), w[1], n_head=w[2], d_mlp=w[4]).to(next(narrow.parameters()).device)
+        raise IncompatibleModels("one model must be at most as wide as the other in every width (residual, heads, "
+                                 f"head size, MLP): {_shape(model_a)} vs {_shape(model_b)}")
+    embedded = widen_model(narrow, w[1], n_head=w[2], d_mlp=w[4]).to(model_device(narrow))
     # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
     eps_effect = _eps_effect(embedded, wide)
-    if method.startswith("learned") and options.get("sampler") is None:
+    learned = method.startswith("learned")
+    if learned and options.get("sampler") is None:
         # λ over the whole path. The paper's code draws λ nearer the wide model; measured here
         # (benchmarks/many_models.py), that left the barrier on the narrow side of the path: 16–47 % of the
         # embedding-only barrier with U(0.25, 0.45) against 6–10 % with U(0, 1) at the same budget
         options["sampler"] = "uniform"
     # the embedded model's free reader weights (align/nullspace.py): "learned" trains them with the other
     # latents, "fixed" copies the wide model's, "off" leaves the zeros of the embedding
-    null_space = options.pop("null_space", None) or ("learned" if method.startswith("learned") else "fixed")
+    null_space = options.pop("null_space", None) or ("learned" if learned else "fixed")
     if null_space not in NULL_SPACE_MODES:
-        raise ValueError(f"unknown null-space mode {null_space!r}; choose from {', '.join(NULL_SPACE_MODES)}")
-    if null_space == "learned" and not method.startswith("learned"):
-        raise ValueError("null_space='learned' needs learned matching (it trains on the task loss)")
-    options["fill"], options["learn_free"] = null_space != "off", null_space == "learned"
+        raise BadOption(f"unknown null-space mode {null_space!r}; choose from {', '.join(NULL_SPACE_MODES)}")
+    if null_space == "learned" and not learned:
+        raise BadOption("null_space='learned' needs learned matching (it trains on the task loss)")
+    if method != "none":
+        options["fill"] = null_space != "off"
+    if learned:
+        options["learn_free"] = null_space == "learned"
     inner = align(wide, embedded, method, **options)
     widened = {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow else "B",
                "eps_effect_max_dlogits": eps_effect, "embedding_max_dlogits": max_logit_change(narrow, embedded)}

@@ -14,12 +14,14 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from glmc.align.common import canonical_pair, finish
+from glmc.align.common import canonical_pair, finish, model_device
 from glmc.align.nullspace import free_probes
 from glmc.align.weight import _assignment
-from glmc.evaluate import forward_logits
-from glmc.symmetry.groups import IndexMap, LinearMap
+from glmc.symmetry.elements import IndexMap, LinearMap
+from glmc.symmetry.kinds import kind
+from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
+from glmc.errors import BadOption, UnsupportedModel
 
 
 class Correlation:
@@ -60,8 +62,8 @@ def correlations(adapter, model_a, model_b, batches) -> dict[str, Correlation]:
     hooks = _record(adapter, model_a, acts_a) + _record(adapter, model_b, acts_b)
     try:
         for batch in batches:
-            forward_logits(model_a, {k: v.to(next(model_a.parameters()).device) for k, v in batch.items()})
-            forward_logits(model_b, {k: v.to(next(model_b.parameters()).device) for k, v in batch.items()})
+            for model in (model_a, model_b):
+                adapter.forward(model, {k: v.to(model_device(model)) for k, v in batch.items()})
             for name in acts_a:
                 corr.setdefault(name, Correlation()).add(acts_a[name], acts_b[name])
     finally:
@@ -90,12 +92,17 @@ def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, Line
 
 
 def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
-          fill: bool = False, **_):
+          fill: bool = False):
+    """Activation matching on `batches` training batches of `data` (module docstring); `fill`: an embedded
+    narrower B's free reader weights are filled with A's (glmc/align/nullspace.py)."""
     if data is None:
         raise ValueError("activation matching needs data (the models' glmc.json or --data)")
+    if batches < 1:
+        raise BadOption(f"activation matching needs at least 1 batch, got {batches}")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
-    canon_a = adapter.from_canonical(view_a, model_a.cpu()).eval()
-    canon_b = adapter.from_canonical(view_b, model_b.cpu()).eval()
+    _check_kinds(arch)
+    canon_a = adapter.from_canonical(view_a, model_a).to(model_device(model_a)).eval()
+    canon_b = adapter.from_canonical(view_b, model_b).to(model_device(model_a)).eval()
     train = list(tqdm(data.batches("train", batch_size, max_batches=batches, seed=0, shuffle=False),
                       desc="activations", disable=not progress, leave=False, total=batches))
     corr = correlations(adapter, canon_a, canon_b, train)
@@ -103,7 +110,17 @@ def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True,
     t = Transform({"residual": _assignment(residual)})
     for i in range(arch.n_layer):
         heads, ov = match_heads_by_outputs(corr[f"blocks.{i}.attn.o"].value(), arch.n_head)
-        t.elements.update({f"heads.{i}": heads, f"ov.{i}": ov, f"mlp.{i}": _assignment(corr[f"blocks.{i}.mlp.out"].value())})
+        found = {"heads": heads, "ov": ov, "mlp": _assignment(corr[f"blocks.{i}.mlp.out"].value())}
+        t.elements.update({group_name(role, i): e for role, e in found.items() if role in arch.groups})
     report = {"method": "activation", "batches": len(train), "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)
+
+
+def _check_kinds(arch) -> None:
+    """Activation matching finds permutations; each group it fills must admit them."""
+    for role in ("residual", "heads", "ov", "mlp"):
+        spec = arch.groups.get(role)
+        if spec is not None and not kind(spec.kind).admits("permutation") and "permutation" not in spec.subgroups:
+            raise UnsupportedModel(f"activation matching finds permutations, which the {spec.kind} {role} group of "
+                                   f"this {arch.family} model does not contain")

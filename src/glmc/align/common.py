@@ -1,6 +1,14 @@
-"""Pieces every alignment method shares: canonical pair in, checked aligned model out."""
+"""Pieces every alignment method shares: canonical pair in, checked aligned model out.
+
+Alignment works on canonical views held as float32 CPU tensors (weight matching's solvers are CPU code);
+learned matching moves them to the models' device deliberately. The caller's models are never moved or
+modified: results are built as new models and placed on the device their input was on.
+"""
 
 from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
 
 import torch
 
@@ -8,21 +16,34 @@ from glmc.adapters import adapter_for
 from glmc.canonical import canonicalise
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
+from glmc.errors import IncompatibleModels
 
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
+
+
+@dataclass
+class Alignment:
+    model_a: object
+    model_b: object
+    transform: Transform | None
+    report: dict = field(default_factory=dict)
+    moved: str = "B"  # which endpoint the transform moved ("A" when A was the narrower model, embedded)
+    # an embedded narrower model's null-space fill: canonical key -> tensor added after the transform
+    # (glmc/align/nullspace.py); None when there was none
+    fill: dict | None = None
 
 
 def check_compatible(model_a, model_b):
     """(adapter, arch) shared by both models; refuses pairs of different families or shapes."""
     adapter = adapter_for(model_a)
     if adapter_for(model_b).family != adapter.family:
-        raise ValueError(f"cannot align a {adapter.family} model with a {adapter_for(model_b).family} model")
+        raise IncompatibleModels(f"cannot align a {adapter.family} model with a {adapter_for(model_b).family} model")
     arch_a, arch_b = adapter.arch(model_a), adapter.arch(model_b)
     shape = ("n_layer", "d_model", "n_head", "d_mlp")
     if any(getattr(arch_a, k) != getattr(arch_b, k) for k in shape):
-        raise ValueError("models differ in shape "
-                         f"({', '.join(f'{k} {getattr(arch_a, k)} vs {getattr(arch_b, k)}' for k in shape)}); "
-                         "embed the narrower one first (glmc align NARROW WIDE)")
+        raise IncompatibleModels("models differ in shape "
+                                 f"({', '.join(f'{k} {getattr(arch_a, k)} vs {getattr(arch_b, k)}' for k in shape)}); "
+                                 "embed the narrower one first (glmc align NARROW WIDE)")
     return adapter, arch_a
 
 
@@ -34,7 +55,7 @@ def canonical_pair(model_a, model_b):
 
 def canonical_cpu_view(adapter, model) -> dict:
     """The model's canonical view, canonicalised, as float32 CPU tensors detached from the model."""
-    return canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model).n_layer)
+    return canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model))
 
 
 def _to_cpu(view):
@@ -61,32 +82,47 @@ def max_logit_change(model, other, n: int = 2) -> float:
     return float((logits(model, x) - logits(other, x)).abs().max())
 
 
-def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform, report: dict, tol: float = 1e-3,
-           probes: dict | None = None, fill_target: dict | None = None):
+# the core invariant, checked on every aligned model before it is returned or written (the same bound as
+# `glmc verify`)
+FUNCTION_TOL = 1e-4
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform, report: dict,
+           tol: float = FUNCTION_TOL, probes: dict | None = None, fill_target: dict | None = None):
     """Build canonical A and B′ = π(B) as native models on the inputs' devices; check B′ has B's function before
     anything is returned (max |Δlogits| in the report; an error if over `tol`). With `probes` (an embedded
     narrower B, glmc/align/nullspace.py), B′'s free reader weights are then filled with A's."""
-    from glmc.align import Alignment
     from glmc.align.nullspace import fill_exact
 
-    dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device
-    canon_a = adapter.from_canonical(view_a, model_a.cpu()).to(dev_a)
-    model_a.to(dev_a)
-    moved = transform.apply(view_b, arch.n_layer)
+    canon_a = adapter.from_canonical(view_a, model_a).to(model_device(model_a))
+    moved = transform.apply(view_b, arch)
     filled = None
     if probes is not None:
         plain = moved
-        moved, filled = fill_exact(view_a if fill_target is None else fill_target, plain, probes, transform,
-                                   arch.n_layer)
+        moved, filled = fill_exact(view_a if fill_target is None else fill_target, plain, probes, transform, arch)
         report["null_space_fill"] = {"tensors": len(filled), "distance_without": view_distance(view_a, plain)}
-    b_aligned = adapter.from_canonical(moved, model_b.cpu()).to(dev_b)
-    model_b.to(dev_b)
+    b_aligned = adapter.from_canonical(moved, model_b).to(model_device(model_b))
     report["max_dlogits_b"] = max_logit_change(model_b, b_aligned)
     report["max_dlogits_a"] = max_logit_change(model_a, canon_a)
     report["distance_before"] = view_distance(view_a, view_b)
     report["distance_after"] = view_distance(view_a, moved)
     worst = max(report["max_dlogits_a"], report["max_dlogits_b"])
-    if worst > tol:
+    if not worst <= tol:
         raise RuntimeError(f"alignment changed the function: max |Δlogits| {worst:.3g} > {tol:g} (a bug: please "
                            "report it with the models' configs)")
     return Alignment(canon_a, b_aligned, transform, report, fill=filled)
+
+
+def check_options(method: str, func, options: dict) -> None:
+    """Refuse options `func` (a method's align) does not take, naming the ones it does."""
+    params = inspect.signature(func).parameters
+    valid = sorted(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or
+                   (p.kind is p.POSITIONAL_OR_KEYWORD and k not in ("model_a", "model_b")))
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise TypeError(f"{method} matching got unknown option(s) {', '.join(unknown)}; "
+                        f"its options: {', '.join(valid)}")

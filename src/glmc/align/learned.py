@@ -1,13 +1,15 @@
 """Learned matching (the paper's Algorithm 1) in the native architecture.
 
-Latent parameters for every symmetry, initialised at the weight-matching solution:
-  residual   Z_R ∈ R^{(d−1)×(d−1)}, O = 11ᵀ/d + U·polar(Z_R)·Uᵀ (orthogonal, fixes the all-ones direction);
-             with `permutations_only`, Z_O ∈ R^{d×d} and O = Hungarian(Z_O) (straight-through)
-  heads      Z_P ∈ R^{H×H} per layer, P = Hungarian(Z_P) (straight-through; Sinkhorn with `soft`)
-  qk, ov     A, B ∈ GL(d_head) per head, learned directly (inverses by a linear solve); not in perm-only mode
-  MLP units  Z ∈ R^{n×n} per layer, Hungarian (straight-through; Sinkhorn with `soft`)
-  free       for an embedded narrower model (`fill`): its free reader weights, filled toward the reference plus
-             learned offsets (`learn_free`, start 0); exact for any value (glmc/align/nullspace.py)
+Latent parameters for every declared group, initialised at the weight-matching solution; each group's kind
+(glmc/symmetry/kinds.py) says how its latent is parametrised and projected, e.g.
+  orthogonal-fixing-ones   Z ∈ R^{(d−1)×(d−1)}, O = 11ᵀ/d + U·polar(Z)·Uᵀ (the LayerNorm residual)
+  permutation              Z ∈ R^{n×n}, P = Hungarian(Z) (straight-through; Sinkhorn with `soft`): heads, MLP
+                           units, and the residual with `permutations_only` (its declared subgroup)
+  invertible               A ∈ GL(d_head) per head, learned directly (inverses by a linear solve); per-head maps
+                           are not learned in perm-only mode
+  free                     for an embedded narrower model (`fill`): its free reader weights, filled toward the
+                           reference plus learned offsets (`learn_free`, start 0); exact for any value
+                           (glmc/align/nullspace.py)
 Each step: project, build π(θ_B) from the canonical view, draw λ, evaluate the training loss of
 (1−λ)·θ_A + λ·π(θ_B) on a training batch (the model is called with the substituted parameters through
 torch.func.functional_call, no copy), back-propagate into the latents, AdamW step (cosine schedule, warmup).
@@ -29,12 +31,13 @@ from tqdm.auto import tqdm
 
 from glmc.align import nullspace
 from glmc.align.common import canonical_pair, finish
-from glmc.align.projections import hard_permutation, hungarian_ste, polar, sinkhorn, src_of
 from glmc.align.weight import weight_matching
 from glmc.evaluate import loss_and_correct
-from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
-from glmc.symmetry.spec import actions
-from glmc.symmetry.transform import Transform
+from glmc.symmetry.elements import DenseMap
+from glmc.symmetry.kinds import kind
+from glmc.symmetry.spec import split_name
+from glmc.symmetry.transform import Transform, apply_elements
+from glmc.errors import BadOption
 
 DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
 
@@ -64,86 +67,38 @@ def score_points(k: int, sampler: str, simplex_score: str) -> list[list[float]]:
 
 
 class Latents(torch.nn.Module):
-    """The learnable parameters of one transform, and their projections (soft for training, hard for output)."""
+    """The learnable parameters of one transform, and their projections (soft for training, hard for output).
+    `kinds`: role -> kind overriding the declaration (a declared subgroup, e.g. a permutation residual)."""
 
-    def __init__(self, init: Transform, arch, permutations_only: bool = False, soft: bool = False):
+    def __init__(self, init: Transform, arch, kinds: dict | None = None, soft: bool = False):
         super().__init__()
-        self.arch, self.perm_only, self.soft = arch, permutations_only, soft
-        d = arch.d_model
-        res = init["residual"]
-        if permutations_only:
-            self.res = torch.nn.Parameter(res.matrix().float() if isinstance(res, IndexMap) else torch.eye(d))
-        else:
-            u = ones_complement_basis(d)
-            self.register_buffer("u", u.float())
-            self.res = torch.nn.Parameter((u.T @ res.matrix.double() @ u).float())
-        self.perms = torch.nn.ParameterDict()
-        self.maps = torch.nn.ParameterDict()
-        for name in init.groups():
-            key = name.replace(".", "_")
-            if name.startswith(("heads.", "mlp.")):
-                self.perms[key] = torch.nn.Parameter(init[name].matrix().float())
-            elif name.startswith(("qk.", "ov.")) and not permutations_only:
-                self.maps[key] = torch.nn.Parameter(init[name].matrix.float().clone())
+        self.arch, self.soft = arch, soft
+        self.kinds = {name: (kinds or {}).get(split_name(name)[0], arch.groups[split_name(name)[0]].kind)
+                      for name in init.groups()}
+        self.z = torch.nn.ParameterDict({_key(n): torch.nn.Parameter(kind(k).latent(init[n]))
+                                         for n, k in self.kinds.items()})
 
-    def residual_matrix(self, hard: bool) -> torch.Tensor:
-        if self.perm_only:
-            return hard_permutation(self.res) if hard else hungarian_ste(self.res)
-        d = self.arch.d_model
-        return torch.full((d, d), 1.0 / d, device=self.res.device) + self.u @ polar(self.res) @ self.u.T
-
-    def perm_matrix(self, key: str, hard: bool) -> torch.Tensor:
-        z = self.perms[key]
-        if hard:
-            return hard_permutation(z)
-        return sinkhorn(z) if self.soft else hungarian_ste(z)
+    def discrete(self) -> list[torch.nn.Parameter]:
+        """Latents of permutation-like kinds (one-hot starts: see LearnedMatcher.fit's perm_lr)."""
+        return [self.z[_key(n)] for n, k in self.kinds.items() if kind(k).discrete]
 
     def dense(self, hard: bool = False) -> dict:
-        """group name -> (matrix, kind) where kind "orth" acts as M on both sides, "gl" as M and M^-T."""
-        out = {"residual": (self.residual_matrix(hard), "orth")}
-        for key in self.perms:
-            out[key.replace("_", ".")] = (self.perm_matrix(key, hard), "orth")
-        for key, m in self.maps.items():
-            out[key.replace("_", ".")] = (m, "gl")
+        """group name -> DenseMap of its current projection (differentiable unless `hard`)."""
+        out = {}
+        for name, k in self.kinds.items():
+            group = kind(k)
+            out[name] = DenseMap(group.project(self.z[_key(name)], hard=hard, soft=self.soft), group.orthogonal)
         return out
 
     @torch.no_grad()
     def transform(self) -> Transform:
         """The exact symmetry these latents stand for (hard permutations, exact orthogonal residual)."""
-        t = Transform()
-        for name, (m, kind) in self.dense(hard=True).items():
-            m = m.detach().cpu()
-            is_perm = name.startswith(("heads.", "mlp.")) or (name == "residual" and self.perm_only)
-            t.elements[name] = IndexMap(src_of(m), None, m.shape[0]) if is_perm else LinearMap(m.double() if kind == "orth" else m)
-        return t
+        return Transform({name: kind(k).element(d.matrix) for (name, k), d in zip(self.kinds.items(),
+                                                                                  self.dense(hard=True).values())})
 
 
-def _act(t: torch.Tensor, m: torch.Tensor, axis: int, batch_axis) -> torch.Tensor:
-    axis = axis % t.ndim
-    if batch_axis is None:
-        return torch.tensordot(t.movedim(axis, -1), m, dims=1).movedim(-1, axis)
-    x = t.movedim((batch_axis, axis), (0, -1))
-    lead = x.shape
-    out = torch.matmul(x.reshape(lead[0], -1, lead[-1]), m).reshape(*lead[:-1], m.shape[-1])
-    return out.movedim((0, -1), (batch_axis, axis))
-
-
-def apply_dense(view: dict, dense: dict, n_layer: int) -> dict:
-    """π(view) with dense (differentiable) group matrices, following the same spec as Transform.apply."""
-    out = dict(view)
-    acts = actions(n_layer, view.keys())
-    inverses = {}
-    for name in sorted(dense, key=lambda n: ("residual", "heads", "qk", "ov", "mlp").index(n.split(".")[0])):
-        m, kind = dense[name]
-        for a in acts.get(name, []):
-            if kind == "gl" and a.mode == "contra":
-                if name not in inverses:
-                    inverses[name] = torch.linalg.inv(m).transpose(-1, -2)
-                mat = inverses[name]
-            else:
-                mat = m
-            out[a.key] = _act(out[a.key], mat, a.axis, a.batch_axis)
-    return out
+def _key(name: str) -> str:
+    return name.replace(".", "_")
 
 
 def _train_batches(data, batch_size, seed):
@@ -165,7 +120,7 @@ def sample_weights(sampler: str, k: int, rng: random.Random, bias: float = 0.0,
 class LearnedMatcher:
     """Learns one transform per model m ≥ 1 that brings it to model 0 (the reference, held fixed)."""
 
-    def __init__(self, views: list, adapter, arch, template, data, inits: list, permutations_only=False,
+    def __init__(self, views: list, adapter, arch, template, data, inits: list, kinds: dict | None = None,
                  soft=False, device=None, mode: str = "native", probes: list | None = None, learn_free=False):
         self.adapter, self.arch, self.data, self.task, self.mode = adapter, arch, data, data.task, mode
         self.device = device or torch.device("cpu")
@@ -179,7 +134,7 @@ class LearnedMatcher:
         for p in self.template.parameters():
             p.requires_grad_(False)
         self.views = [{k: v.to(self.device) for k, v in view.items()} for view in views]
-        self.latents = torch.nn.ModuleList(Latents(t, arch, permutations_only, soft) for t in inits).to(self.device)
+        self.latents = torch.nn.ModuleList(Latents(t, arch, kinds, soft) for t in inits).to(self.device)
         # per moved model: its null-space probes (an embedded narrower model, align/nullspace.py) or None
         self.probes = [None if p is None else {k: v.to(self.device) for k, v in p.items()}
                        for p in (probes or [None] * len(inits))]
@@ -197,13 +152,13 @@ class LearnedMatcher:
                                     for k, z in free.items()}}
 
     def moved(self, hard: bool) -> list:
-        n = self.arch.n_layer
+        n, arch = self.arch.n_layer, self.arch
         out = [self.views[0]]
         for i, (view, lat, probes) in enumerate(zip(self.views[1:], self.latents, self.probes)):
             dense = lat.dense(hard)
-            b = apply_dense(view, dense, n)
+            b = apply_elements(view, dense, arch)
             if probes is not None:  # filled toward the reference inside every step, so training sees the fill
-                moved_p = nullspace.move_probes(probes, dense, lambda v, part: apply_dense(v, part, n))
+                moved_p = nullspace.move_probes(probes, dense, lambda v, part: apply_elements(v, part, arch, False))
                 b = nullspace.fill(self.fill_target(i), b, moved_p, n)
             out.append(b)
         return out
@@ -258,9 +213,7 @@ class LearnedMatcher:
             total = DEFAULT_STEPS
         # permutation latents start one-hot: an assignment flips only once entries move by ~1, so they get
         # their own (larger) learning rate; orthogonal and GL latents move at `lr`
-        perm = [p for lat in self.latents for p in lat.perms.values()]
-        if self.latents[0].perm_only:
-            perm += [lat.res for lat in self.latents]
+        perm = [p for lat in self.latents for p in lat.discrete()]
         rest = [p for p in self.latents.parameters() if all(p is not q for q in perm)] + list(self.free.parameters())
         opt = torch.optim.AdamW([{"params": rest, "lr": lr}, {"params": perm, "lr": perm_lr}],
                                 weight_decay=weight_decay)
@@ -317,24 +270,28 @@ def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bo
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str | None = None,
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
           seed: int = 0, mode: str = "native", perm_lr: float = 0.02, fill: bool = False,
-          learn_free: bool = False, **_):
+          learn_free: bool = False):
+    """Learned matching (module docstring): `steps` / `epochs` / `minutes` budget (default DEFAULT_STEPS), AdamW
+    at `lr` (`perm_lr` for permutation latents), λ from `sampler`, validation every `eval_every` steps on
+    `eval_batches` batches with early stopping after `patience` checks; `permutations_only` learns the
+    permutation subgroups only (the Git Re-Basin STE baseline); `soft`: Sinkhorn permutations; `mode`
+    "circuit" interpolates the paper's circuit form; `fill`/`learn_free`: an embedded narrower B's null space."""
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)
     if sampler not in LAMBDA_SAMPLERS:
-        raise ValueError(f"unknown λ sampler {sampler!r}; choose from {', '.join(LAMBDA_SAMPLERS)}")
+        raise BadOption(f"unknown λ sampler {sampler!r}; choose from {', '.join(LAMBDA_SAMPLERS)}")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     device = next(model_a.parameters()).device
-    init, wm_log = weight_matching(view_a, view_b, arch, iterations,
-                                   "permutation" if permutations_only else "orthogonal",
+    kinds = {"residual": "permutation"} if permutations_only else None
+    init, wm_log = weight_matching(view_a, view_b, arch, iterations, "permutation" if permutations_only else None,
                                    head_maps=not permutations_only and mode == "native", progress=progress,
                                    # the unweighted fit: from the balanced one's solution, 300 steps ended at
                                    # 6.0 % of the vanilla GPT-2 barrier instead of 4.4 % (benchmarks/barriers.py)
                                    balanced=False)
-    template = adapter.from_canonical(view_a, model_a.cpu())
-    model_a.to(device)
+    template = adapter.from_canonical(view_a, model_a)
     probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None
-    m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], permutations_only, soft, device,
+    m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], kinds, soft, device,
                        mode, probes=[probes], learn_free=learn_free)
     fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
                 eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress,

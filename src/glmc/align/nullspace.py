@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from glmc.symmetry.spec import NORM_BIASES, WRITERS, expand_keys
+from glmc.symmetry.spec import NORM_BIASES, WRITERS, expand_keys, split_name
 
 RELATIVE_RANK_TOL = 1e-9  # eigenvalues of B's residual-write Gram matrix below this (× the largest) are null
 
@@ -73,8 +73,10 @@ def has_freedom(probes: dict) -> bool:
 def split_groups(elements: dict) -> tuple[dict, dict]:
     """(residual part, everything else) of a transform's elements or dense matrices: the residual probe moves with
     the residual map only, the others with the head and MLP maps only (their last axis is not the residual)."""
-    return ({k: v for k, v in elements.items() if k == "residual"},
-            {k: v for k, v in elements.items() if k != "residual"})
+    def residual(name):
+        return split_name(name)[0] == "residual"
+
+    return ({k: v for k, v in elements.items() if residual(k)}, {k: v for k, v in elements.items() if not residual(k)})
 
 
 def move_probes(probes: dict, elements: dict, apply) -> dict:
@@ -84,11 +86,11 @@ def move_probes(probes: dict, elements: dict, apply) -> dict:
     return {**(apply(residual, res) if res else residual), **(apply(others, rest) if rest else others)}
 
 
-def moved_probes(probes: dict, transform, n_layer: int) -> dict:
+def moved_probes(probes: dict, transform, arch) -> dict:
     """The probes moved by a Transform."""
-    from glmc.symmetry.transform import Transform
+    from glmc.symmetry.transform import apply_elements
 
-    return move_probes(probes, transform.elements, lambda view, part: Transform(part).apply(view, n_layer))
+    return move_probes(probes, transform.elements, lambda view, part: apply_elements(view, part, arch, strict=False))
 
 
 def _range_projector(f: torch.Tensor) -> torch.Tensor:
@@ -124,17 +126,18 @@ def fill(view_a: dict, view_b: dict, probes: dict, n_layer: int, head: bool = Tr
         m = probes[p + "mlp.in.b"]
         dw = delta(p + "mlp.in.w")
         plus(p + "mlp.in.w", dw @ p_perp + m[:, None] * (dw @ p_s))
-        plus(p + "mlp.in.b", m * delta(p + "mlp.in.b"))
+        if p + "mlp.in.b" in view_b:  # absent in bias-free MLPs
+            plus(p + "mlp.in.b", m * delta(p + "mlp.in.b"))
     if head and "head.w" in view_b:
         plus("head.w", delta("head.w") @ p_perp)
     return out
 
 
-def fill_exact(target: dict, view: dict, probes: dict, transform, n_layer: int) -> tuple[dict, dict]:
+def fill_exact(target: dict, view: dict, probes: dict, transform, arch) -> tuple[dict, dict]:
     """(filled view, what was added: key -> tensor) for B's transformed view and its untransformed probes; computed
     in double, where the projectors leave B's function unchanged to ~1e-6 instead of ~1e-4 in float32."""
     double = lambda v: {k: t.double() for k, t in v.items()}  # noqa: E731
-    out = fill(double(target), double(view), double(moved_probes(probes, transform, n_layer)), n_layer)
+    out = fill(double(target), double(view), double(moved_probes(probes, transform, arch)), arch.n_layer)
     out = {k: t.to(view[k].dtype) for k, t in out.items()}
     return out, {k: out[k] - view[k] for k in out if not torch.equal(out[k], view[k])}
 

@@ -33,8 +33,11 @@ from tqdm.auto import tqdm
 
 from glmc.align.common import canonical_pair, finish, residual_keys, view_distance
 from glmc.align.nullspace import free_probes
-from glmc.symmetry.groups import IndexMap, LinearMap, ones_complement_basis
+from glmc.symmetry.elements import IndexMap, LinearMap
+from glmc.symmetry.kinds import kind
+from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
+from glmc.errors import BadOption
 
 INIT_KEYS = ("embed", "pos_embed", "patch.w", "patch.b", "cls", "registers")
 RAW_INIT_KEYS = INIT_KEYS + ("head.w",)  # balanced=False: the unweighted variant also starts from the head
@@ -53,29 +56,35 @@ def residual_cross(view_a: dict, view_b: dict, keys, balanced: bool = True) -> t
     return m
 
 
-def solve_residual(m: torch.Tensor, kind: str = "orthogonal"):
-    d = m.shape[0]
-    if kind == "permutation":
-        rows, cols = linear_sum_assignment(m.numpy(), maximize=True)
-        src = torch.empty(d, dtype=torch.long)
-        src[torch.as_tensor(cols)] = torch.as_tensor(rows)
-        return IndexMap(src, None, d)
-    u = ones_complement_basis(d)
-    p, _, qt = torch.linalg.svd(u.T @ m @ u)
-    return LinearMap(torch.full((d, d), 1.0 / d, dtype=torch.float64) + u @ (p @ qt) @ u.T)
+def residual_kind(arch, residual: str | None = None) -> str:
+    """The kind weight matching fits for the residual: the declared one, or one of its declared subgroups
+    ("orthogonal" names the declared kind, for the CLI's --residual)."""
+    spec = arch.groups["residual"]
+    if residual in (None, "orthogonal", spec.kind):
+        return spec.kind
+    if residual not in spec.subgroups:
+        raise BadOption(f"residual {residual!r} is not a subgroup this {arch.family} model declares for its "
+                        f"{spec.kind} residual group (choose from {', '.join((spec.kind,) + spec.subgroups)})")
+    return residual
+
+
+def solve_residual(m: torch.Tensor, kind_name: str):
+    """The residual element of `kind_name` nearest to the cross-correlation M (maximising ⟨O, M⟩)."""
+    return kind(kind_name).nearest(m)
 
 
 # --- step 2: heads --------------------------------------------------------------------------------------------
 
 def _aug(w, b):
-    """Bias-augmented per-head factor [H, d_head, d+1]."""
-    return torch.cat([w.double(), b.double().unsqueeze(-1)], -1)
+    """Bias-augmented per-head factor [H, d_head, d+1] (a zero column for a bias-free projection)."""
+    b = torch.zeros(w.shape[:-1], dtype=torch.float64) if b is None else b.double()
+    return torch.cat([w.double(), b.unsqueeze(-1)], -1)
 
 
 def head_factors(view: dict, i: int):
     p = f"blocks.{i}.attn."
-    q, k = _aug(view[p + "q.w"], view[p + "q.b"]), _aug(view[p + "k.w"], view[p + "k.b"])
-    v = _aug(view[p + "v.w"], view[p + "v.b"])
+    q, k = _aug(view[p + "q.w"], view.get(p + "q.b")), _aug(view[p + "k.w"], view.get(p + "k.b"))
+    v = _aug(view[p + "v.w"], view.get(p + "v.b"))
     o = torch.cat([view[p + "o.w"].double(), torch.zeros_like(view[p + "o.w"][..., :1]).double()], -1)
     return q, k, v, o
 
@@ -100,6 +109,15 @@ def _assignment(s: torch.Tensor) -> IndexMap:
     src = torch.empty(s.shape[0], dtype=torch.long)
     src[torch.as_tensor(rows)] = torch.as_tensor(cols)
     return IndexMap(src, None, s.shape[1])
+
+
+def fit_head_maps(kind_name: str, xa, xb, ya, yb) -> torch.Tensor:
+    """Per-head maps C of the declared kind with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A."""
+    if kind_name == "invertible":
+        return fit_factor_map(xa, xb, ya, yb)
+    if kind_name == "orthogonal":  # C^-T = C: one Procrustes problem on [X Y]
+        return kind(kind_name).nearest(xa @ xb.transpose(-1, -2) + ya @ yb.transpose(-1, -2)).matrix
+    raise NotImplementedError(f"weight matching has no solver for per-head maps of kind {kind_name!r}")
 
 
 # --- step 3: per-head invertible maps -------------------------------------------------------------------------
@@ -155,32 +173,42 @@ def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> to
 def match_mlp(view_a, view_b, i) -> IndexMap:
     p = f"blocks.{i}.mlp."
     s = (view_a[p + "in.w"].double() @ view_b[p + "in.w"].double().T
-         + torch.outer(view_a[p + "in.b"].double(), view_b[p + "in.b"].double())
          + view_a[p + "out.w"].double() @ view_b[p + "out.w"].double().T)
+    if p + "in.b" in view_a:
+        s = s + torch.outer(view_a[p + "in.b"].double(), view_b[p + "in.b"].double())
     return _assignment(s)
 
 
 # --- the alternation ------------------------------------------------------------------------------------------
 
 def match_inner(view_a, rotated_b, arch, head_maps: bool = True) -> Transform:
-    t = Transform()
+    """Heads, per-head maps and MLP units, per layer, for the groups the model declares."""
+    groups, t = arch.groups, Transform()
     for i in range(arch.n_layer):
         fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
-        perm = match_heads(fa, fb)
-        t.elements[f"heads.{i}"] = perm
-        if head_maps:
-            qb, kb, vb, ob = (f[perm.src] for f in fb)
-            qa, ka, va, oa = fa
-            t.elements[f"qk.{i}"] = LinearMap(fit_factor_map(qa, qb, ka, kb).transpose(-1, -2).float())
-            t.elements[f"ov.{i}"] = LinearMap(fit_factor_map(va, vb, oa, ob).transpose(-1, -2).float())
-        t.elements[f"mlp.{i}"] = match_mlp(view_a, rotated_b, i)
+        if "heads" in groups:
+            perm = match_heads(fa, fb)
+            t.elements[group_name("heads", i)] = perm
+            fb = tuple(f[perm.src] for f in fb)
+        qa, ka, va, oa = fa
+        qb, kb, vb, ob = fb
+        for role, (xa, xb, ya, yb) in (("qk", (qa, qb, ka, kb)), ("ov", (va, vb, oa, ob))):
+            if head_maps and role in groups:
+                c = fit_head_maps(groups[role].kind, xa, xb, ya, yb)
+                t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float())
+        if "mlp" in groups:
+            t.elements[group_name("mlp", i)] = match_mlp(view_a, rotated_b, i)
     return t
 
 
-def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = "orthogonal",
+def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True):
-    """(Transform π with π(B) ≈ A, per-iteration log). `balanced=False`: the unweighted residual fit started
-    from the embeddings and the head, the variant learned matching starts from (see glmc/align/learned.py)."""
+    """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
+    its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
+    and the head, the variant learned matching starts from (see glmc/align/learned.py)."""
+    if iterations < 1:
+        raise BadOption(f"weight matching needs at least 1 iteration, got {iterations}")
+    residual = residual_kind(arch, residual)
     log = [] if log is None else log
     keys_all = residual_keys(view_a, arch.n_layer)
     init = [k for k in keys_all if k in (INIT_KEYS if balanced else RAW_INIT_KEYS)]
@@ -191,14 +219,14 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = 
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
     for it in bar:
         t1 = time.perf_counter()
-        rotated = Transform({"residual": res}).apply(view_b, arch.n_layer)
+        rotated = Transform({"residual": res}).apply(view_b, arch)
         inner = match_inner(view_a, rotated, arch, head_maps)
         t2 = time.perf_counter()
-        moved_inner = inner.apply(view_b, arch.n_layer)
+        moved_inner = inner.apply(view_b, arch)
         res = solve_residual(residual_cross(view_a, moved_inner, keys_all, balanced), residual)
         t3 = time.perf_counter()
         full = Transform({"residual": res, **inner.elements})
-        dist = view_distance(view_a, full.apply(view_b, arch.n_layer))
+        dist = view_distance(view_a, full.apply(view_b, arch))
         log.append({"step": it + 1, "distance": dist, "inner_seconds": t2 - t1, "residual_seconds": t3 - t2})
         bar.set_postfix(distance=f"{dist:.4f}")
         if best is not None and dist >= best_dist - 1e-6 * best_dist:
@@ -210,12 +238,15 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str = 
     return best, log
 
 
-def align(model_a, model_b, iterations: int = 15, residual: str = "orthogonal", head_maps: bool = True,
-          progress: bool = True, mode: str = "native", fill: bool = False, **_):
+def align(model_a, model_b, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
+          progress: bool = True, mode: str = "native", fill: bool = False):
+    """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
+    `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
+    free reader weights are filled with A's (glmc/align/nullspace.py)."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress)
-    report = {"method": "weight", "residual": residual, "head_maps": head_maps, "iterations": log,
+    report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps, "iterations": log,
               "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)

@@ -1,63 +1,62 @@
-"""Random group elements of each symmetry class, for tests and `glmc verify`."""
+"""Random group elements of each symmetry class a model declares, for tests and `glmc verify`.
+
+A class is a role ("residual", "heads", "qk", "ov", "mlp", …: its declared kind), or "role:kind" for one of the
+role's declared subgroups or extensions ("residual:permutation", "mlp:semi-permutation", "mlp:zero-pad").
+"""
 
 from __future__ import annotations
 
 import torch
 
-from glmc.adapters.base import Arch
-from glmc.symmetry.groups import (
-    random_invertible,
-    random_ones_fixing_orthogonal,
-    random_permutation,
-    random_semi_permutation,
-    zero_pad,
-)
+from glmc.errors import BadOption, UnsupportedModel
+from glmc.symmetry.kinds import kind
+from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 
-
-def _per_layer(arch: Arch, prefix: str, make) -> Transform:
-    return Transform({f"{prefix}.{i}": make() for i in range(arch.n_layer)})
-
-
-def random_class_element(cls: str, arch: Arch, gen: torch.Generator) -> Transform:
-    """One random element of a symmetry class:
-    orthogonal        residual map fixing the all-ones direction
-    residual-perm     residual permutation (the permutation-only variant)
-    heads             head permutation per layer
-    qk / ov           per-head invertible maps (A on the QK side, B on the OV side)
-    mlp               MLP unit permutation per layer
-    mlp-split         MLP semi-permutation (ReLU only): every unit split into non-negative copies (n → 1.5·n)
-    mlp-pad           zero-padding the MLP into a wider layer (n → n + n/4)
-    """
-    h, dh, n = arch.n_head, arch.d_head, arch.d_mlp
-    makers = {
-        "orthogonal": lambda: Transform({"residual": random_ones_fixing_orthogonal(arch.d_model, gen)}),
-        "residual-perm": lambda: Transform({"residual": random_permutation(arch.d_model, gen)}),
-        "heads": lambda: _per_layer(arch, "heads", lambda: random_permutation(h, gen)),
-        "qk": lambda: _per_layer(arch, "qk", lambda: random_invertible(dh, gen, (h,))),
-        "ov": lambda: _per_layer(arch, "ov", lambda: random_invertible(dh, gen, (h,))),
-        "mlp": lambda: _per_layer(arch, "mlp", lambda: random_permutation(n, gen)),
-        "mlp-split": lambda: _per_layer(arch, "mlp", lambda: random_semi_permutation(n, n + n // 2, gen)),
-        "mlp-pad": lambda: _per_layer(arch, "mlp", lambda: zero_pad(n, n + max(1, n // 4))),
-    }
-    return makers[cls]()
+# the names earlier glmc versions used (and `glmc verify --classes` still accepts)
+ALIASES = {"orthogonal": "residual", "residual-perm": "residual:permutation", "mlp-split": "mlp:semi-permutation",
+           "mlp-pad": "mlp:zero-pad"}
 
 
-def exact_classes(arch: Arch) -> list[str]:
-    """The classes this architecture admits exactly (semi-permutations need f(αx) = αf(x), i.e. ReLU), less
-    those its adapter declares unsupported (arch.unsupported, e.g. "qk" under timm's qk_norm)."""
-    classes = ["orthogonal", "residual-perm", "heads", "qk", "ov", "mlp", "mlp-pad"]
-    if arch.relu:
-        classes.insert(classes.index("mlp-pad"), "mlp-split")
-    return [c for c in classes if c not in arch.unsupported]
+def resolve(cls: str) -> tuple[str, str | None]:
+    """(role, kind or None for the declared one) of a class name."""
+    role, _, k = ALIASES.get(cls, cls).partition(":")
+    return role, k or None
 
 
-def random_full_transform(arch: Arch, gen: torch.Generator) -> Transform:
-    """Every invertible class the model admits at once (orthogonal residual, head permutations, per-head maps,
-    MLP permutations)."""
+def class_name(role: str, k: str | None = None) -> str:
+    return role if k is None else f"{role}:{k}"
+
+
+def exact_classes(arch) -> list[str]:
+    """Every class the model declares: each role's group, then its subgroups and extensions."""
+    out = []
+    for role, spec in arch.groups.items():
+        out.append(role)
+        out += [class_name(role, k) for k in spec.subgroups + spec.extensions]
+    return out
+
+
+def random_class_element(cls: str, arch, gen: torch.Generator) -> Transform:
+    """One random element of a class (every layer's group for per-layer roles)."""
+    role, k = resolve(cls)
+    if role in arch.unsupported:
+        raise UnsupportedModel(f"class {cls!r} is not exact for this {arch.family} model: {arch.unsupported[role]}")
+    if role not in arch.groups:
+        raise BadOption(f"class {cls!r}: this {arch.family} model declares no {role!r} group "
+                         f"(its classes: {', '.join(exact_classes(arch))})")
+    spec = arch.groups[role]
+    if k is not None and k not in spec.subgroups + spec.extensions:
+        raise BadOption(f"class {cls!r}: the {role} group of this {arch.family} model is {spec.kind}, with "
+                         f"subgroups/extensions {list(spec.subgroups + spec.extensions)}")
+    maker = kind(k or spec.kind)
+    layers = range(arch.n_layer) if spec.per_layer else [None]
+    return Transform({group_name(role, i): maker.random(spec.size, spec.batch, gen) for i in layers})
+
+
+def random_full_transform(arch, gen: torch.Generator) -> Transform:
+    """A random element of every declared group at once (each role's own kind)."""
     t = Transform()
-    for cls in ("orthogonal", "heads", "qk", "ov", "mlp"):
-        if cls in arch.unsupported:
-            continue
-        t.elements.update(random_class_element(cls, arch, gen).elements)
+    for role in arch.groups:
+        t.elements.update(random_class_element(role, arch, gen).elements)
     return t

@@ -1,22 +1,26 @@
-"""Which canonical tensor axes each symmetry group acts on, and how — as data.
+"""Symmetry groups as data: what each group is (a `GroupSpec`, declared per model by its adapter's Arch) and
+which canonical tensor axes it acts on, and how (`ROWS`).
 
 The canonical view (see glmc/adapters/base.py) stores every matrix that touches the residual stream with the
 residual axis LAST, and attention weights per head as [n_heads, d_head, d_model] (Q, K, V and O alike). With
 that layout a residual map acts on the last axis of every such tensor: writers "co" (x·O), readers "contra"
 (x·O^-T, which is x·O for orthogonal O).
 
-Rows: (group, key template, axis, mode, batch axis). `{i}` ranges over blocks. Keys a model lacks (e.g. the
-patch projection of a GPT-2) are skipped. Groups:
-  residual   the residual stream (orthogonal fixing 1; rectangular for narrow→wide; permutation)
-  heads.{i}  the order of heads in block i (permutation; semi-permutation splits OV, copies QK)
-  qk.{i}     per-head invertible A on the query/key dimension (batched over heads)
-  ov.{i}     per-head invertible B on the value/output dimension (batched over heads)
-  mlp.{i}    hidden units of block i's MLP (permutation; semi-permutation for ReLU)
+Rows: (role, key template, axis, mode, batch axis). `{i}` ranges over blocks; a per-layer role has one group per
+block, named "role.i" ("heads.3"). Keys a model lacks (the patch projection of a GPT-2, a bias of a bias-free
+layer) are skipped. Roles:
+  residual   the residual stream (one map for the whole model)
+  heads      the order of heads in a block (a semi-permutation would split OV and copy QK, hence "copy")
+  qk         per-head maps on the query/key dimension (batched over heads; they follow the head permutation)
+  ov         per-head maps on the value/output dimension (likewise)
+  mlp        hidden units of a block's MLP
+A batched map of b copies acting on a batch axis of b·r entries serves r consecutive entries with each copy:
+one key/value head's map shared by its r query heads under grouped-query attention (see elements.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 WRITERS = ["embed", "pos_embed", "patch.w", "patch.b", "cls", "registers",
            "blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b", "blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b"]
@@ -25,24 +29,48 @@ READERS = ["blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w", 
 # (GPT-2's final norm before the bias-free LM head) are non-zero.
 NORM_BIASES = ["blocks.{i}.ln1.b", "blocks.{i}.ln2.b", "ln_final.b"]
 
-SPEC = (
+ROWS = (
     [("residual", k, -1, "co", None) for k in WRITERS + NORM_BIASES]
     + [("residual", k, -1, "contra", None) for k in READERS]
-    + [("heads.{i}", f"blocks.{{i}}.attn.{p}.{w}", 0, "copy", None) for p in "qk" for w in "wb"]
-    + [("heads.{i}", f"blocks.{{i}}.attn.v.{w}", 0, "co", None) for w in "wb"]
-    + [("heads.{i}", "blocks.{i}.attn.o.w", 0, "contra", None)]
-    + [("qk.{i}", f"blocks.{{i}}.attn.q.{w}", 1, "co", 0) for w in "wb"]
-    + [("qk.{i}", f"blocks.{{i}}.attn.k.{w}", 1, "contra", 0) for w in "wb"]
-    + [("ov.{i}", f"blocks.{{i}}.attn.v.{w}", 1, "co", 0) for w in "wb"]
-    + [("ov.{i}", "blocks.{i}.attn.o.w", 1, "contra", 0)]
-    + [("mlp.{i}", "blocks.{i}.mlp.in.w", 0, "co", None),
-       ("mlp.{i}", "blocks.{i}.mlp.in.b", 0, "co", None),
-       ("mlp.{i}", "blocks.{i}.mlp.out.w", 0, "contra", None)]
+    + [("heads", f"blocks.{{i}}.attn.{p}.{w}", 0, "copy", None) for p in "qk" for w in "wb"]
+    + [("heads", f"blocks.{{i}}.attn.v.{w}", 0, "co", None) for w in "wb"]
+    + [("heads", "blocks.{i}.attn.o.w", 0, "contra", None)]
+    + [("qk", f"blocks.{{i}}.attn.q.{w}", 1, "co", 0) for w in "wb"]
+    + [("qk", f"blocks.{{i}}.attn.k.{w}", 1, "contra", 0) for w in "wb"]
+    + [("ov", f"blocks.{{i}}.attn.v.{w}", 1, "co", 0) for w in "wb"]
+    + [("ov", "blocks.{i}.attn.o.w", 1, "contra", 0)]
+    + [("mlp", "blocks.{i}.mlp.in.w", 0, "co", None),
+       ("mlp", "blocks.{i}.mlp.in.b", 0, "co", None),
+       ("mlp", "blocks.{i}.mlp.out.w", 0, "contra", None)]
 )
 
-# Order in which a Transform applies its groups. Per-head maps come after the head permutation, so qk.{i}[h]
-# is the map of the head that ends up at position h.
-GROUP_ORDER = ("residual", "heads", "qk", "ov", "mlp")
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What one role's group is, for one model: declared by the adapter (glmc/adapters/base.py, Arch.groups)."""
+
+    kind: str  # a name from glmc/symmetry/kinds.py
+    size: int
+    batch: int | None = None  # independent copies (one map per head, or per key/value head)
+    per_layer: bool = False
+    follows: str | None = None  # role of the permutation that reorders this group's batch axis
+    subgroups: tuple = ()  # kinds that may stand in for `kind` (the residual permutation of perm-only matching)
+    extensions: tuple = ()  # non-invertible kinds that also keep the function (semi-permutation, zero-pad)
+
+
+def transformer_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu: bool,
+                       residual: str = "orthogonal-fixing-ones", drop=()) -> dict[str, GroupSpec]:
+    """The groups of a pre-norm Transformer block stack (GPT-2, ViT), in the order transforms apply them: per-head
+    maps come after the head permutation, so qk.i[h] is the map of the head that ends up at position h."""
+    groups = {
+        "residual": GroupSpec(residual, d_model, subgroups=("permutation",)),
+        "heads": GroupSpec("permutation", n_head, per_layer=True),
+        "qk": GroupSpec("invertible", d_head, batch=n_head, per_layer=True, follows="heads"),
+        "ov": GroupSpec("invertible", d_head, batch=n_head, per_layer=True, follows="heads"),
+        "mlp": GroupSpec("permutation", d_mlp, per_layer=True,
+                         extensions=(("semi-permutation",) if relu else ()) + ("zero-pad",)),
+    }
+    return {role: g for role, g in groups.items() if role not in drop}
 
 
 @dataclass(frozen=True)
@@ -54,17 +82,40 @@ class Action:
     batch_axis: int | None
 
 
-def actions(n_layer: int, keys) -> dict[str, list[Action]]:
-    """The spec instantiated for a model: group name -> actions on the keys it has."""
+@dataclass
+class Group:
+    """One instance of a role's group in a model (e.g. "qk.2"), with the tensor axes it acts on."""
+
+    name: str
+    role: str
+    layer: int | None
+    spec: GroupSpec
+    actions: list = field(default_factory=list)
+
+
+def group_name(role: str, layer: int | None) -> str:
+    return role if layer is None else f"{role}.{layer}"
+
+
+def split_name(name: str) -> tuple[str, int | None]:
+    role, _, layer = name.partition(".")
+    return role, (int(layer) if layer else None)
+
+
+def instantiate(groups: dict[str, GroupSpec], n_layer: int, keys) -> dict[str, Group]:
+    """Every group of a model (name → Group), in application order, with the actions on the keys it has."""
     keys = set(keys)
-    out: dict[str, list[Action]] = {}
-    for group, key, axis, mode, batch in SPEC:
-        layers = range(n_layer) if "{i}" in group or "{i}" in key else [None]
-        for i in layers:
-            k = key.format(i=i)
-            if k in keys:
-                g = group.format(i=i)
-                out.setdefault(g, []).append(Action(g, k, axis, mode, batch))
+    out: dict[str, Group] = {}
+    for role, spec in groups.items():
+        rows = [row for row in ROWS if row[0] == role]
+        for i in range(n_layer) if spec.per_layer else [None]:
+            name = group_name(role, i)
+            # a per-layer group acts on its own block's tensors; a model-wide one on every block's
+            layers = [i] if spec.per_layer else range(n_layer)
+            acts = [Action(name, k, axis, mode, batch) for _, key, axis, mode, batch in rows
+                    for k in dict.fromkeys(key.format(i=j) for j in layers) if k in keys]
+            if acts:
+                out[name] = Group(name, role, i, spec, acts)
     return out
 
 
@@ -77,8 +128,3 @@ def expand_keys(templates, n_layer: int, keys=None) -> list[str]:
             if keys is None or k in keys:
                 out.append(k)
     return out
-
-
-def group_rank(name: str) -> tuple:
-    base, _, idx = name.partition(".")
-    return (GROUP_ORDER.index(base), int(idx) if idx else -1)

@@ -1,4 +1,10 @@
-"""A Transform: one group element per symmetry group of a model, applied to a canonical view via the spec."""
+"""A Transform: one group element per symmetry group of a model, and the one interpreter of the spec.
+
+`apply_elements` is the only code that applies group elements to a canonical view: exact elements (IndexMap,
+LinearMap, ScaleMap) for transforms, differentiable DenseMaps for learned matching. Which groups exist, in which
+order they apply and which batch axes follow which permutation all come from the model's declarations
+(`arch.groups`, glmc/symmetry/spec.py); nothing here depends on a group's name.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,37 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from glmc.io import atomic_path
-from glmc.symmetry.groups import IndexMap, LinearMap
-from glmc.symmetry.spec import actions, group_rank
+from glmc.symmetry.elements import DenseMap, IndexMap, LinearMap, ScaleMap
+from glmc.symmetry.spec import group_name, instantiate, split_name
 
-Element = IndexMap | LinearMap
+Element = IndexMap | LinearMap | ScaleMap | DenseMap
+ELEMENT_TYPES = {c.__name__: c for c in (IndexMap, LinearMap, ScaleMap)}
+
+
+def apply_elements(view: dict[str, torch.Tensor], elements: dict, arch, strict: bool = True) -> dict:
+    """π(view) for group elements keyed by group name; a new view (the input is not modified). `strict`: a group
+    that acts on no tensor of `view` is an error (not for partial views such as null-space probes)."""
+    groups = instantiate(arch.groups, arch.n_layer, view.keys())
+    unknown = sorted(set(elements) - set(groups))
+    if unknown and strict:
+        raise ValueError(f"group {unknown[0]!r} acts on no tensor of this {arch.family} model (its groups: "
+                         f"{', '.join(sorted({g.role for g in groups.values()}))})")
+    out = dict(view)
+    for name, group in groups.items():
+        if name in elements:
+            g = elements[name]
+            for a in group.actions:
+                out[a.key] = g.act(out[a.key], a.axis, a.mode, a.batch_axis)
+    return out
+
+
+def _following(name: str, elements: dict, arch):
+    """The permutation that reorders group `name`'s batch axis, if the declaration says it has one."""
+    role, layer = split_name(name)
+    spec = arch.groups.get(role)
+    if spec is None or spec.follows is None:
+        return None
+    return elements.get(group_name(spec.follows, layer))
 
 
 @dataclass
@@ -26,56 +59,40 @@ class Transform:
         return name in self.elements
 
     def groups(self):
-        return sorted(self.elements, key=group_rank)
+        """Group names, by role then layer (the order they apply in for a standard declaration)."""
+        return sorted(self.elements, key=lambda n: (split_name(n)[0], split_name(n)[1] or -1))
 
-    def apply(self, view: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    def apply(self, view: dict[str, torch.Tensor], arch) -> dict[str, torch.Tensor]:
         """Returns a new view; the input view is not modified."""
-        out = dict(view)
-        acts = actions(n_layer, view.keys())
-        for name in self.groups():
-            if name not in acts:
-                raise KeyError(f"no tensor of this model is acted on by group {name!r}")
-            g = self.elements[name]
-            for a in acts[name]:
-                out[a.key] = g.act(out[a.key], a.axis, a.mode, a.batch_axis)
-        return out
+        return apply_elements(view, self.elements, arch)
 
-    def inverse(self) -> "Transform":
+    def inverse(self, arch) -> "Transform":
         """Inverse of the whole transform (undoes apply)."""
         inv = {}
         for name, g in self.elements.items():
-            if name.startswith(("qk.", "ov.")):
-                heads = self.elements.get("heads." + name.split(".")[1])
-                # apply order is heads then per-head maps, so the inverse maps per-head first: the map undoing
-                # position j's A must then be moved by the inverse permutation
-                m = g.inverse().matrix
-                inv[name] = LinearMap(m[torch.argsort(heads.src)] if heads is not None else m)
-            else:
-                inv[name] = g.inverse()
+            inv[name] = g.inverse()
+            perm = _following(name, self.elements, arch)
+            if perm is not None:
+                # apply order is permutation, then per-head maps, so the inverse maps per-head first: the map
+                # undoing position j's map must then be moved by the inverse permutation
+                inv[name] = LinearMap(inv[name].matrix[torch.argsort(perm.src)])
         return Transform(inv)
 
-    def then(self, other: "Transform") -> "Transform":
+    def then(self, other: "Transform", arch) -> "Transform":
         """The transform that applies self, then other."""
         out = dict(self.elements)
         for name, g2 in other.elements.items():
-            if name.startswith(("qk.", "ov.")):
-                heads2 = other.elements.get("heads." + name.split(".")[1])
-                g1 = out.get(name)
-                if g1 is not None:
-                    m1 = g1.matrix[heads2.src] if heads2 is not None else g1.matrix
-                    out[name] = LinearMap(m1.double() @ g2.matrix.double())
-                else:
-                    out[name] = g2
-            elif name in out:
-                out[name] = out[name].then(g2)
+            perm2 = _following(name, other.elements, arch)
+            g1 = out.get(name)
+            if g1 is not None and perm2 is not None:
+                out[name] = LinearMap(g1.matrix[perm2.src].double() @ g2.matrix.double())
             else:
-                out[name] = g2
-        # per-head maps of self on layers where other permutes heads but has no per-head map: move them
+                out[name] = g2 if g1 is None else g1.then(g2)
+        # batched maps of self whose permutation other moves, where other has no map of its own: move them
         for name in list(out):
-            if name.startswith(("qk.", "ov.")) and name not in other.elements:
-                heads2 = other.elements.get("heads." + name.split(".")[1])
-                if heads2 is not None:
-                    out[name] = LinearMap(out[name].matrix[heads2.src])
+            perm2 = _following(name, other.elements, arch)
+            if name not in other.elements and perm2 is not None:
+                out[name] = LinearMap(out[name].matrix[perm2.src])
         return Transform(out)
 
     def describe(self) -> dict[str, str]:
@@ -104,5 +121,5 @@ class Transform:
         elements = {}
         for name, kind in kinds.items():
             d = {k.split("/", 1)[1]: v for k, v in flat.items() if k.split("/", 1)[0] == name}
-            elements[name] = {"IndexMap": IndexMap, "LinearMap": LinearMap}[kind].from_tensors(d)
+            elements[name] = ELEMENT_TYPES[kind].from_tensors(d)
         return cls(elements)

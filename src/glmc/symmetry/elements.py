@@ -19,6 +19,13 @@ Each acts on an axis in one of three modes (the spec says which, per tensor):
 
 With these conventions orthogonal maps act identically in both modes, and composition is
 `(f then g).matrix == f.matrix @ g.matrix`.
+
+Sharing: an element of size n may act on an axis of n·r entries, each index (or, for a batched map, each
+copy) then serving r consecutive entries — the query heads that share one key/value head under grouped-query
+attention. Which kinds of element a group allows is declared in glmc/symmetry/kinds.py and spec.py.
+
+`DenseMap` is the differentiable form learned matching trains: a dense matrix acting in the tensor's own dtype,
+with the contravariant side taken as the matrix itself when it is orthogonal (permutations included).
 """
 
 from __future__ import annotations
@@ -60,16 +67,28 @@ class IndexMap:
         if batch_axis is not None:
             raise ValueError("batched index maps are not supported")
         axis = axis % t.ndim
-        pad = (self.src < 0).any()
-        idx = self.src.clamp(min=0).to(t.device)
-        out = t.index_select(axis, idx)
+        src, alpha = self._shared(t.shape[axis])
+        pad = (src < 0).any()
+        out = t.index_select(axis, src.clamp(min=0).to(t.device))
         shape = [1] * t.ndim
-        shape[axis] = self.m
+        shape[axis] = src.shape[-1]
         if pad:
-            out = out * (self.src >= 0).to(t.dtype).to(t.device).view(shape)
-        if mode == "co" and self.alpha is not None:
-            out = out * self.alpha.to(t.dtype).to(t.device).view(shape)
+            out = out * (src >= 0).to(t.dtype).to(t.device).view(shape)
+        if mode == "co" and alpha is not None:
+            out = out * alpha.to(t.dtype).to(t.device).view(shape)
         return out
+
+    def _shared(self, size: int):
+        """(src, alpha) for an axis of `size` = n·r entries: block j·r + s takes block src[j]·r + s."""
+        if size == self.n:
+            return self.src, self.alpha
+        if size % self.n:
+            raise ValueError(f"an index map of size {self.n} cannot act on an axis of {size}")
+        r = size // self.n
+        offsets = torch.arange(r)
+        src = torch.where(self.src[:, None] >= 0, self.src[:, None] * r + offsets, -1).reshape(-1)
+        alpha = None if self.alpha is None else self.alpha.repeat_interleave(r)
+        return src, alpha
 
     def inverse(self) -> "IndexMap":
         if not self.is_permutation():
@@ -152,11 +171,8 @@ class LinearMap:
                 raise ValueError("a batched linear map needs a batch axis")
             out = torch.tensordot(t.movedim(axis, -1), mat.to(t.device), dims=1).movedim(-1, axis)
         else:
-            batch_axis = batch_axis % t.ndim
-            x = t.movedim((batch_axis, axis), (0, -1))  # [b, ..., n]
-            lead = x.shape
-            x = x.reshape(lead[0], -1, lead[-1])
-            out = torch.bmm(x, mat.to(t.device)).reshape(*lead[:-1], self.m).movedim((0, -1), (batch_axis, axis))
+            mat = shared_copies(mat, t.shape[batch_axis])
+            out = batched_matmul(t, mat.to(t.device), axis, batch_axis, torch.bmm)
         return out.to(t_in.dtype)
 
     def inverse(self) -> "LinearMap":
@@ -177,55 +193,81 @@ class LinearMap:
         return cls(d["matrix"])
 
 
-# --- random elements (for tests and `glmc verify`) -------------------------------------------------------
+@dataclass
+class ScaleMap:
+    """Per-coordinate non-zero scales s: "co" multiplies by s, "contra" divides by it (a diagonal map stored as
+    its diagonal, so a 10⁴-unit MLP does not need a 10⁸-entry matrix)."""
+
+    scale: torch.Tensor  # [n]
+
+    @property
+    def n(self) -> int:
+        return self.scale.shape[-1]
+
+    m = n
+    kind = "diagonal"
+
+    def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
+        if batch_axis is not None or mode == "copy":
+            raise ValueError("a scale map acts on one unbatched axis, covariantly or contravariantly")
+        axis = axis % t.ndim
+        shape = [1] * t.ndim
+        shape[axis] = self.n
+        s = self.scale.to(t.device, torch.float64).view(shape)
+        return (t.double() * s if mode == "co" else t.double() / s).to(t.dtype)
+
+    def inverse(self) -> "ScaleMap":
+        return ScaleMap(1.0 / self.scale)
+
+    def then(self, g: "ScaleMap") -> "ScaleMap":
+        if not isinstance(g, ScaleMap):
+            raise ValueError("a scale map composes only with another scale map")
+        return ScaleMap(self.scale * g.scale)
+
+    def matrix(self) -> torch.Tensor:
+        return torch.diag(self.scale)
+
+    def tensors(self) -> dict:
+        return {"scale": self.scale}
+
+    @classmethod
+    def from_tensors(cls, d: dict) -> "ScaleMap":
+        return cls(d["scale"])
 
 
-def random_permutation(n: int, gen: torch.Generator) -> IndexMap:
-    return IndexMap(torch.randperm(n, generator=gen), None, n)
+def shared_copies(mat: torch.Tensor, size: int) -> torch.Tensor:
+    """A batch of b maps for a batch axis of b·r entries: each map serves r consecutive entries."""
+    b = mat.shape[0]
+    if size == b:
+        return mat
+    if size % b:
+        raise ValueError(f"{b} maps cannot act on a batch axis of {size}")
+    return mat.repeat_interleave(size // b, 0)
 
 
-def random_orthogonal(n: int, gen: torch.Generator, batch: tuple = ()) -> torch.Tensor:
-    a = torch.randn(*batch, n, n, generator=gen, dtype=torch.float64)
-    q, r = torch.linalg.qr(a)
-    # sign fix makes the distribution Haar
-    return q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
+def batched_matmul(t: torch.Tensor, mat: torch.Tensor, axis: int, batch_axis: int, matmul) -> torch.Tensor:
+    """t·mat[b] along `axis`, for every index b of `batch_axis`."""
+    axis, batch_axis = axis % t.ndim, batch_axis % t.ndim
+    x = t.movedim((batch_axis, axis), (0, -1))  # [b, ..., n]
+    lead = x.shape
+    out = matmul(x.reshape(lead[0], -1, lead[-1]), mat).reshape(*lead[:-1], mat.shape[-1])
+    return out.movedim((0, -1), (batch_axis, axis))
 
 
-def ones_complement_basis(d: int) -> torch.Tensor:
-    """Orthonormal basis U (d×(d−1)) of the hyperplane orthogonal to the all-ones vector."""
-    q, _ = torch.linalg.qr(torch.cat([torch.ones(d, 1, dtype=torch.float64), torch.eye(d, dtype=torch.float64)[:, : d - 1]], 1))
-    return q[:, 1:]
+@dataclass
+class DenseMap:
+    """A differentiable group matrix ("co": x·M; "contra": x·M^-T, = x·M when `orthogonal`; "copy": x·M)."""
 
+    matrix: torch.Tensor
+    orthogonal: bool = True
 
-def ones_fixing_orthogonal(r: torch.Tensor) -> torch.Tensor:
-    """O = 11ᵀ/d + U·R·Uᵀ: orthogonal, O·1 = 1 and 1ᵀ·O = 1ᵀ, so LayerNorm(x·O) = LayerNorm(x)·O."""
-    d = r.shape[-1] + 1
-    u = ones_complement_basis(d)
-    return torch.full((d, d), 1.0 / d, dtype=torch.float64) + u @ r.double() @ u.T
-
-
-def random_ones_fixing_orthogonal(d: int, gen: torch.Generator) -> LinearMap:
-    return LinearMap(ones_fixing_orthogonal(random_orthogonal(d - 1, gen)))
-
-
-def random_invertible(k: int, gen: torch.Generator, batch: tuple = (), cond: float = 4.0) -> LinearMap:
-    """Well-conditioned random invertible maps: orthogonal · diag(singular values in [1/√cond, √cond]) · orthogonal."""
-    u = random_orthogonal(k, gen, batch)
-    v = random_orthogonal(k, gen, batch)
-    s = torch.exp((torch.rand(*batch, k, generator=gen, dtype=torch.float64) - 0.5) * torch.log(torch.tensor(cond)))
-    return LinearMap(u @ torch.diag_embed(s) @ v)
-
-
-def random_semi_permutation(n: int, m: int, gen: torch.Generator) -> IndexMap:
-    """Splits n units into m ≥ n copies: each old unit appears at least once; copies' alphas sum to 1."""
-    if m < n:
-        raise ValueError("a semi-permutation cannot shrink a layer")
-    extra = torch.randint(0, n, (m - n,), generator=gen)
-    src = torch.cat([torch.arange(n), extra])[torch.randperm(m, generator=gen)]
-    w = torch.rand(m, generator=gen, dtype=torch.float64) + 0.1
-    totals = torch.zeros(n, dtype=torch.float64).index_add_(0, src, w)
-    return IndexMap(src, (w / totals[src]).float(), n)
-
-
-def zero_pad(n: int, m: int) -> IndexMap:
-    return IndexMap(torch.cat([torch.arange(n), torch.full((m - n,), -1)]), None, n)
+    def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
+        m = self.matrix
+        if mode == "contra" and not self.orthogonal:
+            if getattr(self, "_inverse", None) is None:
+                self._inverse = torch.linalg.inv(m).transpose(-1, -2)
+            m = self._inverse
+        if batch_axis is None:
+            axis = axis % t.ndim
+            return torch.tensordot(t.movedim(axis, -1), m, dims=1).movedim(-1, axis)
+        return batched_matmul(t, shared_copies(m, t.shape[batch_axis % t.ndim]), axis, batch_axis, torch.matmul)

@@ -1,0 +1,149 @@
+"""Group kinds and declarations: each kind's random elements, inverses, nearest elements and learned
+parametrisation, and a restricted declaration flowing through every algorithm that reads it."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from conftest import tiny_gpt2
+from glmc.adapters import adapter_for
+from glmc.canonical import canonicalise
+from glmc.symmetry.elements import DenseMap, IndexMap, LinearMap, ScaleMap
+from glmc.symmetry.kinds import KINDS, ScaleRotation, kind
+from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
+from glmc.symmetry.spec import GroupSpec
+from glmc.symmetry.transform import apply_elements
+
+INVERTIBLE = [k for k, v in KINDS.items() if v.invertible]
+
+
+def _dense(e):
+    return e.matrix() if isinstance(e, (IndexMap, ScaleMap)) else e.matrix
+
+
+@pytest.mark.parametrize("name", INVERTIBLE)
+def test_co_and_contra_are_dual_and_inverse_undoes(name):
+    gen = torch.Generator().manual_seed(0)
+    g = kind(name).random(8, None, gen)
+    u, v = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+    # <co(u), contra(v)> = <u, v>: readers see writers unchanged
+    assert torch.allclose((g.act(u, 1, "co") * g.act(v, 1, "contra")).sum(), (u * v).sum())
+    assert torch.allclose(g.inverse().act(g.act(u, 1, "co"), 1, "co"), u, atol=1e-10)
+    m = _dense(g).double()
+    if kind(name).orthogonal:
+        assert torch.allclose(m @ m.T, torch.eye(8, dtype=torch.float64), atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["permutation", "orthogonal", "orthogonal-fixing-ones", "signed-permutation"])
+def test_nearest_element_recovers_a_planted_one(name):
+    """argmax ⟨E, M⟩ over the group, for M = a group element plus a little noise, is that element."""
+    gen = torch.Generator().manual_seed(1)
+    k = kind(name)
+    g = k.random(9, None, gen)
+    m = _dense(g).double() + 0.01 * torch.randn(9, 9, generator=gen, dtype=torch.float64)
+    assert torch.allclose(_dense(k.nearest(m)).double(), _dense(g).double(), atol=0.05)
+    if name == "orthogonal-fixing-ones":
+        assert torch.allclose(_dense(k.nearest(m)).double().sum(0), torch.ones(9, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["permutation", "orthogonal", "orthogonal-fixing-ones", "signed-permutation",
+                                  "invertible", "scale-rotation", "diagonal"])
+def test_latent_starts_at_its_element(name):
+    gen = torch.Generator().manual_seed(2)
+    k = kind(name)
+    g = k.random(6, None, gen)
+    z = k.latent(g)
+    back = k.element(k.project(z, hard=True))
+    assert torch.allclose(_dense(back).double(), _dense(g).double(), atol=1e-5)
+
+
+def test_subgroups_are_declared_as_such():
+    assert kind("orthogonal").admits("orthogonal-fixing-ones") and kind("orthogonal").admits("signed-permutation")
+    assert kind("orthogonal-fixing-ones").admits("permutation")
+    assert not kind("orthogonal-fixing-ones").admits("signed-permutation")  # a sign flip moves the ones vector
+    assert kind("invertible").admits("scale-rotation") and not kind("scale-rotation").admits("orthogonal")
+
+
+def test_scale_rotation_commutes_with_rotary_embeddings():
+    """HF's RoPE rotates planes (i, i + k/2): q·R(θ). The declared QK kind commutes with every such R."""
+    k, half = 8, 4
+    gen = torch.Generator().manual_seed(3)
+    theta = torch.rand(half, generator=gen, dtype=torch.float64) * 6
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    rot = ScaleRotation.matrix(torch.stack([cos, sin], -1))  # the rotation itself is in the family
+    a = kind("scale-rotation").random(k, None, gen).matrix
+    assert torch.allclose(a @ rot, rot @ a, atol=1e-12)
+    general = kind("invertible").random(k, None, gen).matrix
+    assert not torch.allclose(general @ rot, rot @ general, atol=1e-3)
+    # and it is what HF's rotate_half computes: x·R = x·cos + rotate_half(x)·sin
+    x = torch.randn(3, k, dtype=torch.float64, generator=gen)
+    rotate_half = torch.cat([-x[:, half:], x[:, :half]], -1)
+    assert torch.allclose(x @ rot, x * torch.cat([cos, cos]) + rotate_half * torch.cat([sin, sin]), atol=1e-12)
+
+
+def test_shared_maps_serve_consecutive_entries():
+    """b maps (one per key/value head) on an axis of b·r entries (query heads): entry j uses map j // r."""
+    gen = torch.Generator().manual_seed(4)
+    maps = kind("invertible").random(4, 2, gen)
+    t = torch.randn(6, 4, 5, dtype=torch.float64)  # 6 query heads, 3 per key/value head
+    out = maps.act(t, 1, "co", 0)
+    for h in range(6):
+        assert torch.allclose(out[h], maps.matrix[h // 3].T @ t[h])
+    dense = DenseMap(maps.matrix, orthogonal=False).act(t, 1, "contra", 0)
+    assert torch.allclose(dense, maps.act(t, 1, "contra", 0))
+    perm = IndexMap(torch.tensor([1, 0]))
+    assert torch.equal(perm.act(t, 0, "co"), t[[3, 4, 5, 0, 1, 2]])  # key/value groups move as blocks
+
+
+def test_a_restricted_declaration_reaches_every_algorithm():
+    """An adapter restricts a group by declaring another kind: here orthogonal per-head maps. Random elements,
+    verify, inversion and weight matching's solver then all use it."""
+    from glmc.align.weight import weight_matching
+    from glmc.verify import verify_model
+
+    model = tiny_gpt2(n_layer=1, n_embd=16, n_head=2)
+    adapter = adapter_for(model)
+    base = adapter.arch(model)
+    groups = dict(base.groups, qk=dataclasses.replace(base.groups["qk"], kind="orthogonal"))
+    arch = dataclasses.replace(base, groups=groups)
+    t = random_full_transform(arch, torch.Generator().manual_seed(5))
+    qk = t["qk.0"].matrix
+    assert torch.allclose(qk @ qk.transpose(-1, -2), torch.eye(8, dtype=qk.dtype).expand_as(qk), atol=1e-10)
+    view = canonicalise(adapter.to_canonical(model), arch)
+    moved = t.apply(view, arch)
+    back = t.inverse(arch).apply(moved, arch)
+    assert all(torch.allclose(back[k], view[k], atol=1e-5) for k in view)
+    found, _ = weight_matching(view, moved, arch, iterations=3, progress=False)
+    assert torch.allclose(found["qk.0"].matrix @ found["qk.0"].matrix.transpose(-1, -2),
+                          torch.eye(8).expand(2, 8, 8), atol=1e-5)
+    assert all(torch.allclose(found.apply(moved, arch)[k], view[k], atol=1e-4) for k in view)
+    # dropping a role removes its class everywhere
+    no_ov = dataclasses.replace(base, groups={r: g for r, g in base.groups.items() if r != "ov"})
+    assert "ov" not in exact_classes(no_ov) and not any(n.startswith("ov.") for n in
+                                                       random_full_transform(no_ov, torch.Generator()).elements)
+    with pytest.raises(ValueError, match="declares no 'ov' group"):
+        random_class_element("ov", no_ov, torch.Generator())
+    assert all(c.ok for c in verify_model(model))
+
+
+def test_groups_are_data_on_the_arch():
+    model = tiny_gpt2(n_layer=2, n_embd=32, n_head=4, activation="relu")
+    arch = adapter_for(model).arch(model)
+    assert list(arch.groups) == ["residual", "heads", "qk", "ov", "mlp"]
+    assert arch.groups["residual"] == GroupSpec("orthogonal-fixing-ones", 32, subgroups=("permutation",))
+    assert arch.groups["qk"].batch == 4 and arch.groups["qk"].follows == "heads" and arch.groups["qk"].per_layer
+    assert arch.groups["mlp"].extensions == ("semi-permutation", "zero-pad")
+    assert math.isclose(float(arch.to_dict()["groups"]["qk"]["size"]), 8)
+
+
+def test_an_element_of_an_undeclared_group_is_refused():
+    model = tiny_gpt2(n_layer=1)
+    adapter = adapter_for(model)
+    arch = adapter.arch(model)
+    with pytest.raises(ValueError, match="acts on no tensor"):
+        apply_elements(adapter.to_canonical(model), {"mlp.5": kind("permutation").random(4, None, None)}, arch)
+    with pytest.raises(ValueError, match="unknown group kind"):
+        kind("rotation")
+    assert isinstance(kind("orthogonal").random(3, None, torch.Generator()), LinearMap)
