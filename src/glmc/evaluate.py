@@ -1,4 +1,4 @@
-"""Loss and accuracy of a model on batches from glmc.data, for every family glmc handles.
+"""Loss and accuracy of a model on batches from glmc.data, for every family an adapter handles.
 
 - LM (task "lm", batches with ``input_ids`` and already-shifted ``targets``): mean token-level cross-entropy
   in nats and next-token accuracy (argmax == target), over every target token.
@@ -12,6 +12,8 @@ without copying the model.
 
 import torch
 import torch.nn.functional as F
+
+from glmc.adapters import forward
 
 
 def task_of_batch(batch: dict) -> str:
@@ -29,15 +31,8 @@ def model_device(model) -> torch.device:
 
 
 def forward_logits(model, batch: dict, params=None) -> torch.Tensor:
-    """Logits for a batch: HF GPT-2 via input_ids, HF ViT via pixel_values, timm via a plain tensor."""
-    if "input_ids" in batch:
-        args, kwargs = (), {"input_ids": batch["input_ids"], "use_cache": False}
-    elif hasattr(model, "config"):  # Hugging Face image model
-        args, kwargs = (), {"pixel_values": batch["pixel_values"]}
-    else:  # timm
-        args, kwargs = (batch["pixel_values"],), {}
-    out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
-    return out.logits if hasattr(out, "logits") else out
+    """Logits for a batch; the model's adapter maps the batch to its native call (glmc.adapters.forward)."""
+    return forward(model, batch, params)
 
 
 def loss_and_correct(model, batch: dict, task=None, params=None, device=None):

@@ -1,4 +1,4 @@
-"""Training of independent endpoints: GPT-2 on text, ViT (HF or timm) on images.
+"""Training of independent endpoints of any family an adapter handles (LMs on text, ViTs on images).
 
 One loop serves both: AdamW (weight decay on matrices only), linear warmup then cosine decay to
 ``min_lr_ratio`` × lr, gradient-norm clipping, validation every ``eval_every`` steps with the best weights
@@ -13,7 +13,7 @@ Final metrics are measured in float32 on fixed batches (recorded in glmc.json un
 
 glmc.json (the record written beside the weights)::
 
-    glmc_version, kind ("trained-endpoint"), family ("gpt2" | "hf-vit" | "timm-vit")
+    glmc_version, kind ("trained-endpoint"), family (an adapter name, glmc.adapters.FAMILIES)
     model        build_model(family, **model) rebuilds the architecture (vocab/context/image sizes included)
     data         the completed data spec: glmc.data.load(record["data"]) rebuilds the data set and its batches
     tokenizer    LMs only: {"kind", "vocab_size"}; the tokenizer files themselves sit in the same directory
@@ -35,24 +35,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from glmc.adapters import adapter_named
 from glmc.evaluate import evaluate, loss_and_correct
-
-# Presets: model shape and optimisation defaults. "cpu" ones fit the 5-minute / 2-core targets of issue #4;
-# "paper-*" ones are the shapes of arXiv 2506.22712, meant for a GPU.
-GPT2_PRESETS = {
-    "cpu": dict(layers=4, width=128, heads=4, mlp=512, context=128, dropout=0.0, tokenizer="char", tied=True,
-                batch_size=32, lr=2e-3, steps=1000, warmup=100, eval_every=200, eval_batches=8),
-    # arXiv 2506.22712, GPT-2 Tiny Shakespeare: GPT-2 BPE, untied head, dropout 0.1, AdamW 3e-4
-    "paper-shakespeare": dict(layers=6, width=256, heads=4, mlp=1024, context=256, dropout=0.1, tokenizer="gpt2",
-                              tied=False, batch_size=32, lr=3e-4, steps=5000, warmup=250, eval_every=250,
-                              eval_batches=40, patience=8),
-}
-VIT_PRESETS = {
-    "cpu": dict(layers=4, width=128, heads=4, mlp=256, patch=7, dropout=0.0, batch_size=128, lr=1e-3,
-                epochs=6, warmup=200, eval_every=500, eval_batches=None, weight_decay=0.05),
-    "paper-cifar": dict(layers=6, width=256, heads=8, mlp=512, patch=4, dropout=0.0, batch_size=128, lr=1e-3,
-                        epochs=100, warmup=1000, eval_every=1000, eval_batches=None, weight_decay=0.05),
-}
 
 
 @dataclass
@@ -287,12 +271,6 @@ def run(family: str, data_spec: dict, shape: dict, cfg: TrainConfig, out=None, p
     return model, record
 
 
-def data_shape(family: str, ds, shape: dict) -> dict:
-    """The sizes the data decides: vocabulary and context for GPT-2; image size, channels, classes for ViT."""
-    if family == "gpt2":
-        if ds.task != "lm":
-            raise ValueError(f"gpt2 needs text data, got {ds.spec['source']}")
-        return {"vocab_size": ds.vocab_size, "context": ds.context}
-    if ds.task != "cls":
-        raise ValueError(f"{family} needs image data, got {ds.spec['source']}")
-    return {"image_size": ds.image_size, "channels": ds.channels, "num_classes": ds.num_classes}
+def data_shape(family: str, ds, shape: dict | None = None) -> dict:
+    """The sizes the data decides (vocabulary and context for LMs; image size, channels, classes for images)."""
+    return adapter_named(family).data_shape(ds)

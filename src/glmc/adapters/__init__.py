@@ -1,21 +1,8 @@
-"""Adapters: the only code that knows model families. `adapter_for(model)` picks one."""
+"""Adapters: the only code that knows model families. `adapter_for(model)`, `adapter_named(family)` and
+`adapter_for_dir(path)` pick one; `forward(model, batch)` runs any model glmc handles."""
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.gpt2 import GPT2Adapter
-from glmc.adapters.hf_vit import HFViTAdapter
-from glmc.adapters.timm_vit import TimmViTAdapter
+from glmc.adapters.registry import ADAPTERS, FAMILIES, adapter_for, adapter_for_dir, adapter_named, forward
 
-ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter]
-
-
-def adapter_for(model) -> Adapter:
-    for cls in ADAPTERS:
-        if cls.matches(model):
-            adapter = cls()
-            adapter.check_supported(model)
-            return adapter
-    names = ", ".join(c.family for c in ADAPTERS)
-    raise UnsupportedModel(f"no glmc adapter for {type(model).__name__} (supported families: {names})")
-
-
-__all__ = ["Adapter", "Arch", "UnsupportedModel", "adapter_for", "ADAPTERS"]
+__all__ = ["Adapter", "Arch", "UnsupportedModel", "adapter_for", "adapter_named", "adapter_for_dir", "forward",
+           "ADAPTERS", "FAMILIES"]

@@ -22,12 +22,12 @@ class that would have to.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
-
-class UnsupportedModel(ValueError):
-    """The model has a feature that glmc cannot transform exactly; the message names it."""
+from glmc.adapters.namemap import Layout, NameMap
+from glmc.errors import UnsupportedModel  # noqa: F401  (re-exported as glmc.adapters.UnsupportedModel)
 
 
 @dataclass
@@ -41,9 +41,24 @@ class Arch:
     d_mlp: int
     activation: str
     ln_eps: float
-    # symmetry class -> why it is not exact for this model (e.g. "qk" under timm's qk_norm); exact_classes,
-    # random_full_transform, transform_model, widen_model and verify all honour it
+    # role or "rectangular" (widening) -> why it is not exact for this model (e.g. "qk" under timm's qk_norm);
+    # the role's group is left out of `groups`, and asking for it raises UnsupportedModel with this reason
     unsupported: dict[str, str] = field(default_factory=dict)
+    # "layernorm": writers are mean-centred and residual maps must fix the all-ones direction;
+    # "rmsnorm": no centring (glmc/canonical.py)
+    norm: str = "layernorm"
+    # role -> GroupSpec (glmc/symmetry/spec.py): what each symmetry group is for this model, in application
+    # order. Empty: the standard pre-norm Transformer groups, less the unsupported roles. An adapter restricts a
+    # group by declaring another kind or batch structure for its role.
+    groups: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.groups:
+            from glmc.symmetry.spec import transformer_groups
+
+            residual = "orthogonal-fixing-ones" if self.norm == "layernorm" else "orthogonal"
+            self.groups = transformer_groups(self.d_model, self.n_head, self.d_head, self.d_mlp, self.relu,
+                                             residual, drop=self.unsupported)
 
     @property
     def relu(self) -> bool:
@@ -54,13 +69,26 @@ class Arch:
 
 
 class Adapter:
-    """Maps a native model to the canonical view and back. Subclasses implement the four methods."""
+    """Everything glmc knows about one model family: the canonical view and back (through one declarative
+    name map, `names`), building, loading and saving, the forward call on a glmc.data batch, probe inputs,
+    activation hook points, the circuit form's I/O, training presets and the sizes the data decides."""
 
     family: str = ""
+    task: str = ""  # "lm" | "cls"
+    input_key: str = ""  # the glmc.data batch key the model reads ("input_ids" | "pixel_values")
+    names: NameMap | None = None  # native ⇄ canonical, read both ways by to_canonical and native_state
+    dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
+    presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
+    model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
 
     @staticmethod
     def matches(model) -> bool:
         raise NotImplementedError
+
+    @classmethod
+    def claims_dir(cls, path: Path) -> bool:
+        """Whether the checkpoint directory `path` holds a model of this family."""
+        return False
 
     def check_supported(self, model) -> None:
         """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""
@@ -68,24 +96,76 @@ class Adapter:
     def arch(self, model) -> Arch:
         raise NotImplementedError
 
-    def to_canonical(self, model) -> dict[str, torch.Tensor]:
+    # ------------------------------------------------------------------------------------------ canonical view
+
+    def layout(self, model) -> Layout:
+        """The model-specific part of `names`: block count, names that vary by class, converter sizes."""
         raise NotImplementedError
+
+    def to_canonical(self, model) -> dict[str, torch.Tensor]:
+        self.check_supported(model)
+        return self.names.to_canonical(model.state_dict(), self.layout(model))
+
+    def native_state(self, view: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
+        """The native parameters (name → tensor) that hold `view` in a model shaped like `model`; built from
+        differentiable tensor ops only, so learned matching can back-propagate through it."""
+        return self.names.to_native(view, self.layout(model))
 
     def from_canonical(self, view: dict[str, torch.Tensor], model, ln_eps: float | None = None):
         """A new native model of the same family holding `view` (shapes may differ from `model`'s: wider
         layers, an untied head, a rescaled LayerNorm eps). `model` itself is not modified."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------------------------------ models and files
+
+    def build(self, **shape):
+        """A freshly initialised model of this family (uses the global torch RNG: seed it first)."""
+        raise NotImplementedError
+
+    def load(self, path: Path):
+        """The model in checkpoint directory `path` (safetensors only, never a hub)."""
+        raise NotImplementedError
+
+    def save(self, model, directory: Path) -> None:
+        """Write the model's files into the existing directory `directory`."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ running
+
+    def native_inputs(self, model, batch: dict) -> tuple[tuple, dict]:
+        """(positional args, keyword args) of the native forward call for a glmc.data batch."""
+        raise NotImplementedError
+
+    def output_logits(self, model, out) -> torch.Tensor:
+        """The invariant output (logits) of a native forward result."""
+        return out.logits if hasattr(out, "logits") else out
+
+    def forward(self, model, batch: dict, params: dict | None = None) -> torch.Tensor:
+        """Logits for a glmc.data batch; with `params`, those tensors replace the model's own (through
+        torch.func.functional_call, so the model is not modified and gradients reach `params`)."""
+        args, kwargs = self.native_inputs(model, batch)
+        out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
+        return self.output_logits(model, out)
+
+    def batch_of(self, inputs: torch.Tensor) -> dict:
+        """A batch holding only the model input (what probe_inputs returns)."""
+        return {self.input_key: inputs}
+
+    def probe_inputs(self, model, n: int = 2, seq: int = 32, gen: torch.Generator | None = None) -> torch.Tensor:
+        """Random CPU inputs the model accepts (token ids or pixels), for function-preservation checks."""
+        raise NotImplementedError
+
+    def data_shape(self, ds) -> dict:
+        """The build() sizes a glmc.data data set decides (vocabulary, context, image size, classes)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ alignment
+
     def hook_modules(self, model) -> dict:
         """Modules whose activations activation matching reads: "blocks.{i}" (output: the residual stream after
         block i), "blocks.{i}.attn.o" and "blocks.{i}.mlp.out" (inputs: per-head outputs concatenated, MLP hidden
         units)."""
         raise NotImplementedError(f"{self.family} adapter exposes no activation hooks")
-
-    def native_state(self, view: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
-        """The native parameters (name → tensor) that hold `view` in a model shaped like `model`; built from
-        differentiable tensor ops only, so learned matching can back-propagate through it."""
-        raise NotImplementedError
 
     def io_spec(self, model) -> dict:
         """What glmc's circuit-form model (glmc/circuit.py) needs to know about inputs and outputs: "input"
@@ -100,28 +180,6 @@ class Adapter:
     def untie(self, model):
         """The same function with an untied head (needed to interpolate a tied with an untied model)."""
         return model
-
-
-def heads_from_columns(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """[d_in, H·d_head] (x·W layout) → [H, d_head, d_in]."""
-    d_in, hd = w.shape
-    return w.T.reshape(n_head, hd // n_head, d_in)
-
-
-def heads_to_columns(w: torch.Tensor) -> torch.Tensor:
-    """[H, d_head, d_in] → [d_in, H·d_head]."""
-    h, dh, d_in = w.shape
-    return w.reshape(h * dh, d_in).T
-
-
-def patch_from_conv(w: torch.Tensor) -> torch.Tensor:
-    """Patch-embedding conv weight [d, C, p, p] → canonical patch.w [C·p·p, d] (pixel side untouched)."""
-    return w.reshape(w.shape[0], -1).T.clone()
-
-
-def patch_to_conv(w: torch.Tensor, in_channels: int, kernel_size) -> torch.Tensor:
-    """Canonical patch.w [C·p·p, d] → conv weight [d, C, p, p]."""
-    return w.T.reshape(w.shape[1], in_channels, *kernel_size)
 
 
 def copy_view(view: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -13,18 +13,58 @@ import copy
 
 import torch
 
-from glmc.adapters.base import Adapter, Arch, UnsupportedModel, heads_from_columns, heads_to_columns
+from glmc.adapters.base import Adapter, Arch, UnsupportedModel
+from glmc.adapters.common import ELEMENTWISE, check_heads, hf_config, load_pretrained, save_pretrained
+from glmc.adapters.namemap import HEAD_ROWS, QKV_BIAS, QKV_COLUMNS, TRANSPOSE, Entry, Layout, NameMap, layer_norm
 
-ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
-               "sigmoid", "gelu_accurate", "mish"}
+_H = "transformer.h.{i}."
+NAMES = NameMap([
+    Entry("embed", "transformer.wte.weight"),
+    Entry("pos_embed", "transformer.wpe.weight"),
+    Entry(("blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w"), _H + "attn.c_attn.weight",
+          QKV_COLUMNS),
+    Entry(("blocks.{i}.attn.q.b", "blocks.{i}.attn.k.b", "blocks.{i}.attn.v.b"), _H + "attn.c_attn.bias", QKV_BIAS),
+    Entry("blocks.{i}.attn.o.w", _H + "attn.c_proj.weight", HEAD_ROWS),
+    Entry("blocks.{i}.attn.o.b", _H + "attn.c_proj.bias"),
+    Entry("blocks.{i}.mlp.in.w", _H + "mlp.c_fc.weight", TRANSPOSE),
+    Entry("blocks.{i}.mlp.in.b", _H + "mlp.c_fc.bias"),
+    Entry("blocks.{i}.mlp.out.w", _H + "mlp.c_proj.weight"),
+    Entry("blocks.{i}.mlp.out.b", _H + "mlp.c_proj.bias"),
+    *layer_norm("blocks.{i}.ln1", _H + "ln_1"),
+    *layer_norm("blocks.{i}.ln2", _H + "ln_2"),
+    *layer_norm("ln_final", "transformer.ln_f"),
+    Entry("head.w", "lm_head.weight"),  # present in the state dict even when tied to wte
+])
+
+# Model shape and optimisation defaults (glmc train --preset). "cpu" fits the 5-minute / 2-core targets of
+# issue #4; "paper-shakespeare" is arXiv 2506.22712's shape, meant for a GPU.
+PRESETS = {
+    "cpu": dict(layers=4, width=128, heads=4, mlp=512, context=128, dropout=0.0, tokenizer="char", tied=True,
+                batch_size=32, lr=2e-3, steps=1000, warmup=100, eval_every=200, eval_batches=8),
+    # arXiv 2506.22712, GPT-2 Tiny Shakespeare: GPT-2 BPE, untied head, dropout 0.1, AdamW 3e-4
+    "paper-shakespeare": dict(layers=6, width=256, heads=4, mlp=1024, context=256, dropout=0.1, tokenizer="gpt2",
+                              tied=False, batch_size=32, lr=3e-4, steps=5000, warmup=250, eval_every=250,
+                              eval_batches=40, patience=8),
+}
 
 
 class GPT2Adapter(Adapter):
     family = "gpt2"
+    task = "lm"
+    input_key = "input_ids"
+    names = NAMES
+    dir_format = "config.json with model_type 'gpt2' + *.safetensors (save_pretrained)"
+    presets = PRESETS
+    model_options = ("layers", "width", "heads", "mlp", "dropout", "tied", "activation")
 
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ == "GPT2LMHeadModel"
+
+    @classmethod
+    def claims_dir(cls, path) -> bool:
+        config = hf_config(path)
+        return config is not None and config.get("model_type") == "gpt2"
 
     def check_supported(self, model) -> None:
         c = model.config
@@ -41,31 +81,40 @@ class GPT2Adapter(Adapter):
                     c.n_inner or 4 * c.n_embd, "relu" if c.activation_function == "relu" else c.activation_function,
                     c.layer_norm_epsilon)
 
-    def to_canonical(self, model) -> dict[str, torch.Tensor]:
-        self.check_supported(model)
-        sd = {k: v.detach() for k, v in model.state_dict().items()}
-        c = model.config
-        d, h = c.n_embd, c.n_head
-        v = {"embed": sd["transformer.wte.weight"].clone(), "pos_embed": sd["transformer.wpe.weight"].clone()}
-        for i in range(c.n_layer):
-            p, b = f"transformer.h.{i}.", f"blocks.{i}."
-            w_qkv, b_qkv = sd[p + "attn.c_attn.weight"], sd[p + "attn.c_attn.bias"]
-            for j, name in enumerate("qkv"):
-                v[b + f"attn.{name}.w"] = heads_from_columns(w_qkv[:, j * d:(j + 1) * d], h).clone()
-                v[b + f"attn.{name}.b"] = b_qkv[j * d:(j + 1) * d].reshape(h, d // h).clone()
-            v[b + "attn.o.w"] = sd[p + "attn.c_proj.weight"].reshape(h, d // h, d).clone()
-            v[b + "attn.o.b"] = sd[p + "attn.c_proj.bias"].clone()
-            v[b + "mlp.in.w"] = sd[p + "mlp.c_fc.weight"].T.clone()
-            v[b + "mlp.in.b"] = sd[p + "mlp.c_fc.bias"].clone()
-            v[b + "mlp.out.w"] = sd[p + "mlp.c_proj.weight"].clone()
-            v[b + "mlp.out.b"] = sd[p + "mlp.c_proj.bias"].clone()
-            for ln, native in (("ln1", "ln_1"), ("ln2", "ln_2")):
-                v[b + f"{ln}.w"] = sd[p + f"{native}.weight"].clone()
-                v[b + f"{ln}.b"] = sd[p + f"{native}.bias"].clone()
-        v["ln_final.w"] = sd["transformer.ln_f.weight"].clone()
-        v["ln_final.b"] = sd["transformer.ln_f.bias"].clone()
-        v["head.w"] = sd.get("lm_head.weight", sd["transformer.wte.weight"]).clone()
-        return v
+    def layout(self, model) -> Layout:
+        return Layout(model.config.n_layer, dims={"n_head": model.config.n_head})
+
+    def build(self, vocab_size, context, layers, width, heads, mlp, dropout=0.0, tied=True, activation="gelu_new"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        check_heads(width, heads)
+        cfg = GPT2Config(vocab_size=vocab_size, n_positions=context, n_embd=width, n_layer=layers, n_head=heads,
+                         n_inner=mlp, activation_function=activation, resid_pdrop=dropout, embd_pdrop=dropout,
+                         attn_pdrop=dropout, tie_word_embeddings=tied,
+                         # GPT-2's default ids (50256) may not exist in a small vocabulary
+                         bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1)
+        return GPT2LMHeadModel(cfg)
+
+    def load(self, path):
+        from transformers import GPT2LMHeadModel
+
+        return load_pretrained(GPT2LMHeadModel, path)
+
+    def save(self, model, directory) -> None:
+        save_pretrained(model, directory)
+
+    def data_shape(self, ds) -> dict:
+        if ds.task != "lm":
+            raise ValueError(f"gpt2 needs text data, got {ds.spec['source']}")
+        return {"vocab_size": ds.vocab_size, "context": ds.context}
+
+    def native_inputs(self, model, batch):
+        return (), {"input_ids": batch[self.input_key], "use_cache": False}
+
+    def probe_inputs(self, model, n=2, seq=32, gen=None):
+        gen = gen or torch.Generator().manual_seed(0)
+        seq = min(seq, model.config.n_positions)
+        return torch.randint(0, model.config.vocab_size, (n, seq), generator=gen)
 
     def hook_modules(self, model) -> dict:
         out = {}
@@ -82,27 +131,6 @@ class GPT2Adapter(Adapter):
 
     def untie(self, model):
         return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
-
-    def native_state(self, view, model) -> dict:
-        """Native parameter tensors for `view` (differentiable: reshapes, transposes and concatenations only)."""
-        h, dh, d = view["blocks.0.attn.q.w"].shape
-        sd = {"transformer.wte.weight": view["embed"], "transformer.wpe.weight": view["pos_embed"],
-              "transformer.ln_f.weight": view["ln_final.w"], "transformer.ln_f.bias": view["ln_final.b"],
-              "lm_head.weight": view["head.w"]}
-        for i in range(model.config.n_layer):
-            p, b = f"transformer.h.{i}.", f"blocks.{i}."
-            sd[p + "attn.c_attn.weight"] = torch.cat([heads_to_columns(view[b + f"attn.{n}.w"]) for n in "qkv"], 1)
-            sd[p + "attn.c_attn.bias"] = torch.cat([view[b + f"attn.{n}.b"].reshape(-1) for n in "qkv"])
-            sd[p + "attn.c_proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d)
-            sd[p + "attn.c_proj.bias"] = view[b + "attn.o.b"]
-            sd[p + "mlp.c_fc.weight"] = view[b + "mlp.in.w"].T
-            sd[p + "mlp.c_fc.bias"] = view[b + "mlp.in.b"]
-            sd[p + "mlp.c_proj.weight"] = view[b + "mlp.out.w"]
-            sd[p + "mlp.c_proj.bias"] = view[b + "mlp.out.b"]
-            for ln, native in (("ln1", "ln_1"), ("ln2", "ln_2")):
-                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
-                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
-        return sd
 
     def from_canonical(self, view, model, ln_eps=None, tie=None):
         from transformers import GPT2LMHeadModel

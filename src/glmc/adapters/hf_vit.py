@@ -9,7 +9,8 @@ Native layout in transformers 5.x (nn.Linear, weight [out, in], x·Wᵀ + b; pre
   classifier [classes, d] reads sequence_output[:, 0] (the CLS token after the final LayerNorm);
   ViTModel: pooler.dense [p, d] reads the same token (then tanh) — the role of the head.
 Every other output of the encoder (ViTModel.last_hidden_state) is the residual stream itself and is rotated by
-residual maps: only logits / pooler_output are invariant.
+residual maps: only logits / pooler_output are invariant. Both classes load from a directory whose config.json
+names them in "architectures" (ViTForImageClassification when it names neither).
 """
 
 from __future__ import annotations
@@ -18,26 +19,58 @@ import copy
 
 import torch
 
-from glmc.adapters.base import Adapter, Arch, UnsupportedModel, patch_from_conv, patch_to_conv
-from glmc.adapters.gpt2 import ELEMENTWISE
+from glmc.adapters.base import Adapter, Arch, UnsupportedModel
+from glmc.adapters.common import (ELEMENTWISE, VIT_OPTIONS, VIT_PRESETS, check_heads, check_patch, hf_config,
+                                  image_data_shape, load_pretrained, save_pretrained)
+from glmc.adapters.namemap import (CONV_PATCH, HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, UNBATCH, Entry,
+                                   Layout, NameMap, layer_norm)
 
 CLASSES = ("ViTForImageClassification", "ViTModel")
 
+_E, _L = "{p}embeddings.", "{p}layers.{i}."
+NAMES = NameMap([
+    Entry("cls", _E + "cls_token", UNBATCH),
+    Entry("pos_embed", _E + "position_embeddings", UNBATCH),
+    Entry("patch.w", _E + "patch_embeddings.projection.weight", CONV_PATCH),
+    Entry("patch.b", _E + "patch_embeddings.projection.bias"),
+    *[row for x in "qkv" for row in (
+        Entry(f"blocks.{{i}}.attn.{x}.w", _L + f"attention.{x}_proj.weight", HEAD_ROWS),
+        Entry(f"blocks.{{i}}.attn.{x}.b", _L + f"attention.{x}_proj.bias", HEAD_VECTOR, optional=True))],
+    Entry("blocks.{i}.attn.o.w", _L + "attention.o_proj.weight", HEAD_COLUMNS),
+    Entry("blocks.{i}.attn.o.b", _L + "attention.o_proj.bias"),
+    Entry("blocks.{i}.mlp.in.w", _L + "mlp.fc1.weight"),
+    Entry("blocks.{i}.mlp.in.b", _L + "mlp.fc1.bias"),
+    Entry("blocks.{i}.mlp.out.w", _L + "mlp.fc2.weight", TRANSPOSE),
+    Entry("blocks.{i}.mlp.out.b", _L + "mlp.fc2.bias"),
+    *layer_norm("blocks.{i}.ln1", _L + "layernorm_before"),
+    *layer_norm("blocks.{i}.ln2", _L + "layernorm_after"),
+    *layer_norm("ln_final", "{p}layernorm"),
+    Entry("head.w", "{head}.weight"),
+    Entry("head.b", "{head}.bias"),
+])
 
-def _prefix(model) -> str:
-    return "vit." if type(model).__name__ == "ViTForImageClassification" else ""
 
-
-def _head_key(model) -> str:
-    return "classifier" if type(model).__name__ == "ViTForImageClassification" else "pooler.dense"
+def _is_classifier(model) -> bool:
+    return type(model).__name__ == "ViTForImageClassification"
 
 
 class HFViTAdapter(Adapter):
     family = "hf-vit"
+    task = "cls"
+    input_key = "pixel_values"
+    names = NAMES
+    dir_format = "config.json with model_type 'vit' + *.safetensors (save_pretrained)"
+    presets = VIT_PRESETS
+    model_options = VIT_OPTIONS
 
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ in CLASSES and type(model).__module__.startswith("transformers.")
+
+    @classmethod
+    def claims_dir(cls, path) -> bool:
+        config = hf_config(path)
+        return config is not None and config.get("model_type") == "vit"
 
     def check_supported(self, model) -> None:
         c = model.config
@@ -65,37 +98,50 @@ class HFViTAdapter(Adapter):
         return Arch("hf-vit", "cls", c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
                     c.hidden_size // c.num_attention_heads, c.intermediate_size, c.hidden_act, c.layer_norm_eps)
 
-    def to_canonical(self, model) -> dict[str, torch.Tensor]:
-        self.check_supported(model)
-        sd = {k: t.detach() for k, t in model.state_dict().items()}
-        c, p = model.config, _prefix(model)
-        h = c.num_attention_heads
-        e = p + "embeddings."
-        v = {"cls": sd[e + "cls_token"][0].clone(), "pos_embed": sd[e + "position_embeddings"][0].clone(),
-             "patch.w": patch_from_conv(sd[e + "patch_embeddings.projection.weight"]),
-             "patch.b": sd[e + "patch_embeddings.projection.bias"].clone()}
-        for i in range(c.num_hidden_layers):
-            n, b = f"{p}layers.{i}.", f"blocks.{i}."
-            for name in "qkv":
-                w = sd[n + f"attention.{name}_proj.weight"]  # [H·d_head, d], head-major rows
-                v[b + f"attn.{name}.w"] = w.reshape(h, -1, w.shape[-1]).clone()
-                if n + f"attention.{name}_proj.bias" in sd:
-                    v[b + f"attn.{name}.b"] = sd[n + f"attention.{name}_proj.bias"].reshape(h, -1).clone()
-            wo = sd[n + "attention.o_proj.weight"]  # [d, H·d_head]
-            v[b + "attn.o.w"] = wo.T.reshape(h, -1, wo.shape[0]).clone()
-            v[b + "attn.o.b"] = sd[n + "attention.o_proj.bias"].clone()
-            v[b + "mlp.in.w"] = sd[n + "mlp.fc1.weight"].clone()
-            v[b + "mlp.in.b"] = sd[n + "mlp.fc1.bias"].clone()
-            v[b + "mlp.out.w"] = sd[n + "mlp.fc2.weight"].T.clone()
-            v[b + "mlp.out.b"] = sd[n + "mlp.fc2.bias"].clone()
-            for ln, native in (("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
-                v[b + f"{ln}.w"] = sd[n + f"{native}.weight"].clone()
-                v[b + f"{ln}.b"] = sd[n + f"{native}.bias"].clone()
-        v["ln_final.w"] = sd[p + "layernorm.weight"].clone()
-        v["ln_final.b"] = sd[p + "layernorm.bias"].clone()
-        v["head.w"] = sd[_head_key(model) + ".weight"].clone()
-        v["head.b"] = sd[_head_key(model) + ".bias"].clone()
-        return v
+    def layout(self, model) -> Layout:
+        c = model.config
+        conv = model.get_submodule(("vit." if _is_classifier(model) else "") + "embeddings.patch_embeddings.projection")
+        fields = {"p": "vit.", "head": "classifier"} if _is_classifier(model) else {"p": "", "head": "pooler.dense"}
+        return Layout(c.num_hidden_layers, fields, {"n_head": c.num_attention_heads,
+                                                    "conv": (conv.in_channels, tuple(conv.kernel_size))})
+
+    def build(self, image_size, patch, channels, num_classes, layers, width, heads, mlp, dropout=0.0,
+              activation="gelu"):
+        from transformers import ViTConfig, ViTForImageClassification
+
+        check_heads(width, heads)
+        check_patch(image_size, patch)
+        cfg = ViTConfig(image_size=image_size, patch_size=patch, num_channels=channels, num_labels=num_classes,
+                        hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=mlp, hidden_act=activation, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout,
+                        layer_norm_eps=1e-6)  # timm's eps, so HF and timm ViTs convert into each other exactly
+        return ViTForImageClassification(cfg)
+
+    def load(self, path):
+        import transformers
+
+        names = hf_config(path).get("architectures") or ["ViTForImageClassification"]
+        if names[0] not in CLASSES:
+            raise UnsupportedModel(f"{path}: HF ViT class {names[0]!r}; glmc loads {' and '.join(CLASSES)}")
+        return load_pretrained(getattr(transformers, names[0]), path)
+
+    def save(self, model, directory) -> None:
+        save_pretrained(model, directory)
+
+    def data_shape(self, ds) -> dict:
+        return image_data_shape(self.family, ds)
+
+    def native_inputs(self, model, batch):
+        return (), {"pixel_values": batch[self.input_key]}
+
+    def output_logits(self, model, out):
+        return out.logits if _is_classifier(model) else out.pooler_output  # ViTModel: the pooled output
+
+    def probe_inputs(self, model, n=2, seq=32, gen=None):
+        gen = gen or torch.Generator().manual_seed(0)
+        c = model.config
+        return torch.randn(n, c.num_channels, c.image_size, c.image_size, generator=gen)
 
     def io_spec(self, model) -> dict:
         if type(model).__name__ != "ViTForImageClassification":
@@ -111,35 +157,6 @@ class HFViTAdapter(Adapter):
             out.update({f"blocks.{i}": layer, f"blocks.{i}.attn.o": layer.attention.o_proj,
                         f"blocks.{i}.mlp.out": layer.mlp.fc2})
         return out
-
-    def native_state(self, view, model) -> dict:
-        """Native parameter tensors for `view` (differentiable: reshapes, transposes and concatenations only)."""
-        h, dh, d = view["blocks.0.attn.q.w"].shape
-        qkv_bias = "blocks.0.attn.q.b" in view
-        p, e = _prefix(model), _prefix(model) + "embeddings."
-        conv = model.get_submodule(e + "patch_embeddings.projection")
-        sd = {e + "cls_token": view["cls"][None], e + "position_embeddings": view["pos_embed"][None],
-              e + "patch_embeddings.projection.weight": patch_to_conv(view["patch.w"], conv.in_channels,
-                                                                        conv.kernel_size),
-              e + "patch_embeddings.projection.bias": view["patch.b"],
-              p + "layernorm.weight": view["ln_final.w"], p + "layernorm.bias": view["ln_final.b"],
-              _head_key(model) + ".weight": view["head.w"], _head_key(model) + ".bias": view["head.b"]}
-        for i in range(model.config.num_hidden_layers):
-            n, b = f"{p}layers.{i}.", f"blocks.{i}."
-            for name in "qkv":
-                sd[n + f"attention.{name}_proj.weight"] = view[b + f"attn.{name}.w"].reshape(h * dh, d)
-                if qkv_bias:
-                    sd[n + f"attention.{name}_proj.bias"] = view[b + f"attn.{name}.b"].reshape(h * dh)
-            sd[n + "attention.o_proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
-            sd[n + "attention.o_proj.bias"] = view[b + "attn.o.b"]
-            sd[n + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
-            sd[n + "mlp.fc1.bias"] = view[b + "mlp.in.b"]
-            sd[n + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
-            sd[n + "mlp.fc2.bias"] = view[b + "mlp.out.b"]
-            for ln, native in (("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
-                sd[n + f"{native}.weight"] = view[b + f"{ln}.w"]
-                sd[n + f"{native}.bias"] = view[b + f"{ln}.b"]
-        return sd
 
     def from_canonical(self, view, model, ln_eps=None):
         import transformers

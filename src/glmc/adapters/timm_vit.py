@@ -15,14 +15,49 @@ shared by all heads), OV maps and MLP maps stay exact; per-head QK maps do not (
 normalisation), nor does widening (zero-padding d_head changes the norm's statistics, and timm builds q_norm
 with the residual norm_layer, so the rescaled eps would reach it). Both are listed in Arch.unsupported. The
 q_norm / k_norm parameters travel in the view as blocks.{i}.attn.q_norm.w/.b and k_norm.w/.b, untouched.
+On disk: glmc/adapters/timm_config.py.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
-from glmc.adapters.base import Adapter, Arch, UnsupportedModel, patch_from_conv, patch_to_conv
+from glmc.adapters.base import Adapter, Arch, UnsupportedModel
+from glmc.adapters.common import VIT_OPTIONS, VIT_PRESETS, check_heads, check_patch, image_data_shape
+from glmc.adapters.namemap import (CONV_PATCH, HEAD_COLUMNS, QKV_BIAS, QKV_ROWS, TRANSPOSE, UNBATCH, Entry, Layout,
+                                   NameMap, layer_norm)
+from glmc.adapters.timm_config import (TIMM_CONFIG, activation_name, load_timm, save_timm, timm_from_kwargs,
+                                       timm_kwargs)
+
+_B = "blocks.{i}."
+NAMES = NameMap([
+    Entry("patch.w", "patch_embed.proj.weight", CONV_PATCH),
+    Entry("patch.b", "patch_embed.proj.bias"),
+    Entry("cls", "cls_token", UNBATCH, optional=True),
+    Entry("registers", "reg_token", UNBATCH, optional=True),
+    Entry("pos_embed", "pos_embed", UNBATCH, optional=True),
+    Entry(("blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w"), _B + "attn.qkv.weight", QKV_ROWS),
+    Entry(("blocks.{i}.attn.q.b", "blocks.{i}.attn.k.b", "blocks.{i}.attn.v.b"), _B + "attn.qkv.bias", QKV_BIAS,
+          optional=True),
+    *layer_norm("blocks.{i}.attn.q_norm", _B + "attn.q_norm", optional=True),
+    *layer_norm("blocks.{i}.attn.k_norm", _B + "attn.k_norm", optional=True),
+    Entry("blocks.{i}.attn.o.w", _B + "attn.proj.weight", HEAD_COLUMNS),
+    Entry("blocks.{i}.mlp.in.w", _B + "mlp.fc1.weight"),
+    Entry("blocks.{i}.mlp.out.w", _B + "mlp.fc2.weight", TRANSPOSE),
+    Entry("blocks.{i}.attn.o.b", _B + "attn.proj.bias", optional=True),
+    Entry("blocks.{i}.mlp.in.b", _B + "mlp.fc1.bias", optional=True),
+    Entry("blocks.{i}.mlp.out.b", _B + "mlp.fc2.bias", optional=True),
+    Entry("blocks.{i}.ls1", _B + "ls1.gamma", optional=True),
+    Entry("blocks.{i}.ls2", _B + "ls2.gamma", optional=True),
+    *layer_norm("blocks.{i}.ln1", _B + "norm1"),
+    *layer_norm("blocks.{i}.ln2", _B + "norm2"),
+    *layer_norm("ln_final", "{final_norm}"),
+    Entry("head.w", "head.weight"),
+    Entry("head.b", "head.bias"),
+])
 
 QK_NORM_UNSUPPORTED = {
     "qk": "qk_norm normalises each head's queries and keys after the projection, so an invertible map on the "
@@ -30,19 +65,6 @@ QK_NORM_UNSUPPORTED = {
     "rectangular": "widening zero-pads d_head, which changes qk_norm's per-head statistics, and timm builds "
                    "q_norm/k_norm with the residual norm_layer, so the rescaled LayerNorm eps would reach them",
 }
-
-
-def activation_name(act: nn.Module) -> str | None:
-    """timm's name (get_act_layer) of an elementwise MLP activation, or None if not one glmc knows."""
-    from timm.layers.activations import GELU, GELUTanh, QuickGELU
-
-    if isinstance(act, nn.GELU):
-        return {"none": "gelu", "tanh": "gelu_tanh"}.get(act.approximate)
-    for cls, name in ((GELU, "gelu"), (GELUTanh, "gelu_tanh"), (QuickGELU, "quick_gelu"), (nn.ReLU, "relu"),
-                      (nn.SiLU, "silu")):
-        if type(act) is cls:
-            return name
-    return None
 
 
 def _is_ln(m: nn.Module) -> bool:
@@ -56,10 +78,20 @@ def final_norm_key(model) -> str:
 
 class TimmViTAdapter(Adapter):
     family = "timm-vit"
+    task = "cls"
+    input_key = "pixel_values"
+    names = NAMES
+    dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
+    presets = VIT_PRESETS
+    model_options = VIT_OPTIONS
 
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ == "VisionTransformer" and type(model).__module__.startswith("timm.")
+
+    @classmethod
+    def claims_dir(cls, path) -> bool:
+        return (Path(path) / TIMM_CONFIG).is_file()
 
     def check_supported(self, model) -> None:
         from timm.layers import Attention, LayerScale, Mlp, PatchEmbed
@@ -136,50 +168,38 @@ class TimmViTAdapter(Adapter):
                     b.mlp.fc1.out_features, activation_name(b.mlp.act), b.norm1.eps,
                     dict(QK_NORM_UNSUPPORTED) if qk_norm else {})
 
-    def to_canonical(self, model) -> dict[str, torch.Tensor]:
-        self.check_supported(model)
-        sd = {k: t.detach() for k, t in model.state_dict().items()}
-        h = model.blocks[0].attn.num_heads
-        v = {"patch.w": patch_from_conv(sd["patch_embed.proj.weight"]), "patch.b": sd["patch_embed.proj.bias"].clone()}
-        if "cls_token" in sd:
-            v["cls"] = sd["cls_token"][0].clone()
-        if "reg_token" in sd:
-            v["registers"] = sd["reg_token"][0].clone()
-        if "pos_embed" in sd:
-            v["pos_embed"] = sd["pos_embed"][0].clone()
-        for i in range(len(model.blocks)):
-            n, b = f"blocks.{i}.", f"blocks.{i}."
-            w = sd[n + "attn.qkv.weight"]  # [3·H·d_head, d]
-            w = w.reshape(3, h, -1, w.shape[-1])
-            bias = sd.get(n + "attn.qkv.bias")
-            for j, name in enumerate("qkv"):
-                v[b + f"attn.{name}.w"] = w[j].clone()
-                if bias is not None:
-                    v[b + f"attn.{name}.b"] = bias.reshape(3, h, -1)[j].clone()
-            for qn in ("q_norm", "k_norm"):
-                if n + f"attn.{qn}.weight" in sd:
-                    v[b + f"attn.{qn}.w"] = sd[n + f"attn.{qn}.weight"].clone()
-                    v[b + f"attn.{qn}.b"] = sd[n + f"attn.{qn}.bias"].clone()
-            wo = sd[n + "attn.proj.weight"]  # [d, H·d_head]
-            v[b + "attn.o.w"] = wo.T.reshape(h, -1, wo.shape[0]).clone()
-            v[b + "mlp.in.w"] = sd[n + "mlp.fc1.weight"].clone()
-            v[b + "mlp.out.w"] = sd[n + "mlp.fc2.weight"].T.clone()
-            for role, native in (("attn.o.b", "attn.proj.bias"), ("mlp.in.b", "mlp.fc1.bias"),
-                                 ("mlp.out.b", "mlp.fc2.bias")):
-                if n + native in sd:
-                    v[b + role] = sd[n + native].clone()
-            for ls in ("ls1", "ls2"):
-                if n + f"{ls}.gamma" in sd:
-                    v[b + ls] = sd[n + f"{ls}.gamma"].clone()
-            for ln, native in (("ln1", "norm1"), ("ln2", "norm2")):
-                v[b + f"{ln}.w"] = sd[n + f"{native}.weight"].clone()
-                v[b + f"{ln}.b"] = sd[n + f"{native}.bias"].clone()
-        fn = final_norm_key(model)
-        v["ln_final.w"] = sd[fn + ".weight"].clone()
-        v["ln_final.b"] = sd[fn + ".bias"].clone()
-        v["head.w"] = sd["head.weight"].clone()
-        v["head.b"] = sd["head.bias"].clone()
-        return v
+    def layout(self, model) -> Layout:
+        conv = model.patch_embed.proj
+        return Layout(len(model.blocks), {"final_norm": final_norm_key(model)},
+                      {"n_head": model.blocks[0].attn.num_heads, "conv": (conv.in_channels, tuple(conv.kernel_size))})
+
+    def build(self, image_size, patch, channels, num_classes, layers, width, heads, mlp, dropout=0.0,
+              activation="gelu"):
+        check_heads(width, heads)
+        check_patch(image_size, patch)
+        kwargs = dict(img_size=image_size, patch_size=patch, in_chans=channels, num_classes=num_classes,
+                      embed_dim=width, depth=layers, num_heads=heads, mlp_ratio=mlp / width, act_layer=activation,
+                      proj_drop_rate=dropout, attn_drop_rate=dropout)
+        model = timm_from_kwargs(kwargs)
+        if model.blocks[0].mlp.fc1.out_features != mlp:
+            raise ValueError(f"timm cannot express MLP width {mlp} with embed_dim {width} (mlp_ratio rounding)")
+        return model
+
+    def load(self, path):
+        return load_timm(path)
+
+    def save(self, model, directory) -> None:
+        save_timm(model, directory)
+
+    def data_shape(self, ds) -> dict:
+        return image_data_shape(self.family, ds)
+
+    def native_inputs(self, model, batch):
+        return (batch[self.input_key],), {}
+
+    def probe_inputs(self, model, n=2, seq=32, gen=None):
+        gen = gen or torch.Generator().manual_seed(0)
+        return torch.randn(n, model.patch_embed.proj.in_channels, *model.patch_embed.img_size, generator=gen)
 
     def io_spec(self, model) -> dict:
         acts = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu", "relu": "relu",
@@ -207,42 +227,7 @@ class TimmViTAdapter(Adapter):
                         f"blocks.{i}.mlp.out": block.mlp.fc2})
         return out
 
-    def native_state(self, view, model) -> dict:
-        """Native parameter tensors for `view` (differentiable: reshapes, transposes and concatenations only)."""
-        h, dh, d = view["blocks.0.attn.q.w"].shape
-        conv = model.patch_embed.proj
-        sd = {"patch_embed.proj.weight": patch_to_conv(view["patch.w"], conv.in_channels, conv.kernel_size),
-              "patch_embed.proj.bias": view["patch.b"]}
-        for role, native in (("cls", "cls_token"), ("registers", "reg_token"), ("pos_embed", "pos_embed")):
-            if role in view:
-                sd[native] = view[role][None]
-        fn = final_norm_key(model)
-        sd.update({f"{fn}.weight": view["ln_final.w"], f"{fn}.bias": view["ln_final.b"],
-                   "head.weight": view["head.w"], "head.bias": view["head.b"]})
-        for i in range(len(model.blocks)):
-            p = b = f"blocks.{i}."
-            sd[p + "attn.qkv.weight"] = torch.cat([view[b + f"attn.{x}.w"].reshape(h * dh, d) for x in "qkv"])
-            if b + "attn.q.b" in view:
-                sd[p + "attn.qkv.bias"] = torch.cat([view[b + f"attn.{x}.b"].reshape(h * dh) for x in "qkv"])
-            for qn in ("q_norm", "k_norm"):
-                if b + f"attn.{qn}.w" in view:
-                    sd[p + f"attn.{qn}.weight"] = view[b + f"attn.{qn}.w"]
-                    sd[p + f"attn.{qn}.bias"] = view[b + f"attn.{qn}.b"]
-            sd[p + "attn.proj.weight"] = view[b + "attn.o.w"].reshape(h * dh, d).T
-            sd[p + "mlp.fc1.weight"] = view[b + "mlp.in.w"]
-            sd[p + "mlp.fc2.weight"] = view[b + "mlp.out.w"].T
-            for role, native in (("attn.o.b", "attn.proj.bias"), ("mlp.in.b", "mlp.fc1.bias"),
-                                 ("mlp.out.b", "mlp.fc2.bias"), ("ls1", "ls1.gamma"), ("ls2", "ls2.gamma")):
-                if b + role in view:
-                    sd[p + native] = view[b + role]
-            for ln, native in (("ln1", "norm1"), ("ln2", "norm2")):
-                sd[p + f"{native}.weight"] = view[b + f"{ln}.w"]
-                sd[p + f"{native}.bias"] = view[b + f"{ln}.b"]
-        return sd
-
     def from_canonical(self, view, model, ln_eps=None):
-        from glmc.models import _timm_from_kwargs, timm_kwargs
-
         self.check_supported(model)
         arch = self.arch(model)
         h, dh, d = view["blocks.0.attn.q.w"].shape
@@ -261,7 +246,7 @@ class TimmViTAdapter(Adapter):
         if eps != 1e-6:  # timm's LayerNorm default
             kwargs["norm_eps"] = eps
         with torch.device("meta"):
-            new = _timm_from_kwargs(kwargs)
+            new = timm_from_kwargs(kwargs)
         new = new.to_empty(device=view["patch.w"].device)
 
         sd = self.native_state(view, model)

@@ -5,6 +5,9 @@ from pathlib import Path
 import click
 
 BUDGET = ("steps", "epochs", "minutes")
+COUNT, NATURAL = click.IntRange(min=1), click.IntRange(min=0)  # option value types: ≥ 1, ≥ 0
+POSITIVE, NON_NEGATIVE = click.FloatRange(min=0, min_open=True), click.FloatRange(min=0)
+VIT_FAMILIES = {"hf": "hf-vit", "timm": "timm-vit"}  # --family of `glmc train vit` -> adapter name
 
 
 def _common(f):
@@ -15,18 +18,18 @@ def _common(f):
         click.option("--out", type=click.Path(file_okay=False), default=None,
                      help="Output directory [default: runs/<family>-<data>-seed<seed>]."),
         click.option("--overwrite", is_flag=True, help="Replace --out if it exists."),
-        click.option("--layers", type=int), click.option("--width", type=int), click.option("--heads", type=int),
-        click.option("--mlp", type=int, help="MLP hidden width."),
-        click.option("--dropout", type=float),
-        click.option("--steps", type=int, help="Budget: optimiser steps."),
-        click.option("--epochs", type=float, help="Budget: passes over the training split."),
-        click.option("--minutes", type=float, help="Budget: wall-clock minutes (not bit-reproducible)."),
-        click.option("--batch-size", type=int), click.option("--lr", type=float, help="Peak learning rate."),
-        click.option("--weight-decay", type=float), click.option("--warmup", type=int, help="Warmup steps."),
-        click.option("--grad-clip", type=float, help="Max gradient norm (0: off)."),
-        click.option("--eval-every", type=int, help="Validate every N steps."),
-        click.option("--eval-batches", type=int, help="Validation batches per periodic check [all]."),
-        click.option("--patience", type=int, help="Stop after N checks without improvement [never]."),
+        click.option("--layers", type=COUNT), click.option("--width", type=COUNT), click.option("--heads", type=COUNT),
+        click.option("--mlp", type=COUNT, help="MLP hidden width."),
+        click.option("--dropout", type=click.FloatRange(min=0, max=1, max_open=True)),
+        click.option("--steps", type=COUNT, help="Budget: optimiser steps."),
+        click.option("--epochs", type=POSITIVE, help="Budget: passes over the training split."),
+        click.option("--minutes", type=POSITIVE, help="Budget: wall-clock minutes (not bit-reproducible)."),
+        click.option("--batch-size", type=COUNT), click.option("--lr", type=POSITIVE, help="Peak learning rate."),
+        click.option("--weight-decay", type=NON_NEGATIVE), click.option("--warmup", type=NATURAL, help="Warmup steps."),
+        click.option("--grad-clip", type=NON_NEGATIVE, help="Max gradient norm (0: off)."),
+        click.option("--eval-every", type=COUNT, help="Validate every N steps."),
+        click.option("--eval-batches", type=COUNT, help="Validation batches per periodic check [all]."),
+        click.option("--patience", type=COUNT, help="Stop after N checks without improvement [never]."),
         click.option("--device", default="cpu", show_default=True,
                      help="cpu, cuda, cuda:N or auto (cuda when available). Metrics are recorded for this device."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
@@ -44,7 +47,7 @@ def command():
 @command.command("gpt2")
 @click.option("--data", default="shakespeare", show_default=True, help="shakespeare or text:PATH.")
 @click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
-@click.option("--context", type=int, help="Context length in tokens.")
+@click.option("--context", type=COUNT, help="Context length in tokens.")
 @click.option("--tied/--untied", default=None, help="Tie the LM head to the embeddings [preset: cpu tied, paper untied].")
 @click.option("--activation", type=click.Choice(["gelu_new", "gelu", "relu"]), default="gelu_new", show_default=True)
 @_common
@@ -52,33 +55,31 @@ def gpt2(data, tokenizer, context, tied, activation, **opts):
     """HF GPT2LMHeadModel on text. Presets: cpu (4 layers, width 128, char, 1000 steps: ~4 min on 2 cores),
     paper-shakespeare (the paper's: 6 layers, width 256, 4 heads, MLP 1024, context 256, GPT-2 BPE, untied head,
     dropout 0.1, AdamW 3e-4)."""
-    from glmc.train import GPT2_PRESETS
+    from glmc.adapters import adapter_named
 
-    p = _merge(GPT2_PRESETS, opts, tokenizer=tokenizer, context=context, tied=tied)
-    shape = dict(layers=p["layers"], width=p["width"], heads=p["heads"], mlp=p["mlp"], dropout=p["dropout"],
-                 tied=p["tied"], activation=activation)
+    adapter = adapter_named("gpt2")
+    p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, tied=tied, activation=activation)
     spec = {"source": data, "tokenizer": p["tokenizer"], "context": p["context"]}
-    _run("gpt2", spec, shape, p, opts)
+    _run(adapter, spec, p, opts)
 
 
 @command.command("vit")
 @click.option("--data", default="mnist", show_default=True,
               help="mnist, fashion-mnist, digits, cifar10:DIR, cifar100:DIR or folder:DIR.")
 @click.option("--family", type=click.Choice(["hf", "timm"]), default="hf", show_default=True)
-@click.option("--patch", type=int, help="Patch size (must divide the image size).")
+@click.option("--patch", type=COUNT, help="Patch size (must divide the image size).")
 @click.option("--augment", type=click.Choice(["none", "crop-flip"]), help="[crop-flip for CIFAR, else none]")
 @click.option("--activation", type=click.Choice(["gelu", "relu"]), default="gelu", show_default=True)
 @_common
 def vit(data, family, patch, augment, activation, **opts):
     """HF ViTForImageClassification (or timm VisionTransformer) on images. Presets: cpu (4 layers, width 128,
     patch 7, 3 epochs), paper-cifar (6 layers, width 256, 8 heads, MLP 512, patch 4)."""
-    from glmc.train import VIT_PRESETS
+    from glmc.adapters import adapter_named
 
-    p = _merge(VIT_PRESETS, opts, patch=patch)
-    shape = dict(layers=p["layers"], width=p["width"], heads=p["heads"], mlp=p["mlp"], dropout=p["dropout"],
-                 activation=activation, patch=p["patch"])
+    adapter = adapter_named(VIT_FAMILIES[family])
+    p = _merge(adapter.presets, opts, patch=patch, activation=activation)
     spec = {"source": data, **({"augment": augment} if augment else {})}
-    _run(f"{family}-vit", spec, shape, p, opts, fit_patch=patch is None)
+    _run(adapter, spec, p, opts, fit_patch=patch is None)
 
 
 def _merge(presets: dict, opts: dict, **extra) -> dict:
@@ -95,19 +96,21 @@ def _merge(presets: dict, opts: dict, **extra) -> dict:
     return merged
 
 
-def _run(family, spec, shape, p, opts, fit_patch=False):
+def _run(adapter, spec, p, opts, fit_patch=False):
     from glmc.data.errors import DataUnavailable
 
     try:
-        _train(family, spec, shape, p, opts, fit_patch)
+        _train(adapter, spec, p, opts, fit_patch)
     except (ValueError, FileNotFoundError, DataUnavailable) as e:  # bad input or missing data: no traceback
         raise click.ClickException(str(e))
 
 
-def _train(family, spec, shape, p, opts, fit_patch):
+def _train(adapter, spec, p, opts, fit_patch):
     import glmc.data
     from glmc.train import TrainConfig, run
 
+    family = adapter.family
+    shape = {k: p[k] for k in adapter.model_options if k in p}
     spec = glmc.data.parse_spec(spec)
     if fit_patch:
         shape["patch"] = _fitting_patch(spec, shape["patch"])
@@ -116,6 +119,9 @@ def _train(family, spec, shape, p, opts, fit_patch):
     out = Path(opts["out"] or f"runs/{family}-{_short(spec['source'])}-seed{cfg.seed}")
     if out.exists() and not opts["overwrite"]:
         raise click.ClickException(f"{out} exists; pass --overwrite to replace it or choose another --out")
+    from glmc.commands.common import check_out_path
+
+    check_out_path(out, "--out", directory=True)  # not below a file, not a file: refused before training
     log = (lambda *a: None) if opts["quiet"] else click.echo
     _, record = run(family, spec, shape, cfg, out=out, progress=not opts["quiet"], overwrite=True, log=log,
                     device=_device(opts["device"]))

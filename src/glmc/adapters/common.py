@@ -1,0 +1,93 @@
+"""Helpers more than one adapter uses: activations known to be elementwise, Hugging Face directory I/O, shape
+checks for builders, and the ViT training presets and data sizes (HF and timm ViTs train alike)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
+               "sigmoid", "gelu_accurate", "mish"}
+
+# Model shape and optimisation defaults. "cpu" fits the 5-minute / 2-core targets of issue #4; "paper-*" are the
+# shapes of arXiv 2506.22712, meant for a GPU.
+VIT_PRESETS = {
+    "cpu": dict(layers=4, width=128, heads=4, mlp=256, patch=7, dropout=0.0, batch_size=128, lr=1e-3,
+                epochs=6, warmup=200, eval_every=500, eval_batches=None, weight_decay=0.05),
+    "paper-cifar": dict(layers=6, width=256, heads=8, mlp=512, patch=4, dropout=0.0, batch_size=128, lr=1e-3,
+                        epochs=100, warmup=1000, eval_every=1000, eval_batches=None, weight_decay=0.05),
+}
+VIT_OPTIONS = ("layers", "width", "heads", "mlp", "dropout", "activation", "patch")
+
+
+def image_data_shape(family: str, ds) -> dict:
+    """The sizes an image data set decides for a ViT: image size, channels, classes."""
+    if ds.task != "cls":
+        raise ValueError(f"{family} needs image data, got {ds.spec['source']}")
+    return {"image_size": ds.image_size, "channels": ds.channels, "num_classes": ds.num_classes}
+
+
+def check_heads(width, heads):
+    if width % heads:
+        raise ValueError(f"width {width} is not divisible by {heads} heads")
+
+
+def check_patch(image_size, patch):
+    if image_size % patch:
+        raise ValueError(f"image size {image_size} is not divisible by patch size {patch}")
+
+
+# ---------------------------------------------------------------------------------------------- Hugging Face files
+
+@contextlib.contextmanager
+def quiet_hf():
+    """Hide transformers' per-file progress bars ("Loading weights", "Writing model shards") for a moment."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def hf_config(path) -> dict | None:
+    """The parsed config.json of a Hugging Face model directory, or None if it has none."""
+    f = Path(path) / "config.json"
+    if not f.is_file():
+        return None
+    try:
+        config = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"invalid config.json in {path}: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"invalid config.json in {path}: not a JSON object")
+    return config
+
+
+def require_safetensors(p: Path):
+    if not any(p.glob("*.safetensors")):
+        pickled = [f.name for f in p.glob("*.bin")] + [f.name for f in p.glob("*.pt*")]
+        hint = f" (found {', '.join(pickled)}: pickle files are not loaded; convert to safetensors)" if pickled else ""
+        raise FileNotFoundError(f"no *.safetensors weights in {p}{hint}")
+
+
+def load_pretrained(model_class, path):
+    """`model_class.from_pretrained(path)` from local safetensors only (never a hub, never a pickle)."""
+    p = Path(path)
+    require_safetensors(p)
+    try:
+        config = model_class.config_class.from_pretrained(str(p), local_files_only=True)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"invalid config.json in {p}: {e}") from None
+    with quiet_hf():
+        return model_class.from_pretrained(str(p), config=config, local_files_only=True, use_safetensors=True)
+
+
+def save_pretrained(model, directory) -> None:
+    """Exactly what `save_pretrained` writes (config.json + model.safetensors), so transformers loads it alone."""
+    with quiet_hf():
+        model.save_pretrained(str(directory))

@@ -1,0 +1,62 @@
+"""Which adapter handles a model, a family name or a checkpoint directory, and the forward call for any model
+glmc runs (native ones through their adapter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from glmc.adapters.base import Adapter, UnsupportedModel
+from glmc.adapters.gpt2 import GPT2Adapter
+from glmc.adapters.hf_vit import HFViTAdapter
+from glmc.adapters.timm_vit import TimmViTAdapter
+
+ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter]
+FAMILIES = tuple(cls.family for cls in ADAPTERS)
+
+
+def adapter_for(model, check: bool = True) -> Adapter:
+    """The adapter of `model`'s family. With `check` (the default), a model with a feature glmc cannot
+    transform exactly raises UnsupportedModel; without it (running, saving) any model of the family passes."""
+    for cls in ADAPTERS:
+        if cls.matches(model):
+            adapter = cls()
+            if check:
+                adapter.check_supported(model)
+            return adapter
+    raise UnsupportedModel(f"no glmc adapter for {type(model).__module__}.{type(model).__name__} "
+                           f"(supported families: {', '.join(FAMILIES)})")
+
+
+def adapter_named(family: str) -> Adapter:
+    for cls in ADAPTERS:
+        if cls.family == family:
+            return cls()
+    raise UnsupportedModel(f"unknown model family {family!r}; expected one of {', '.join(FAMILIES)}")
+
+
+def adapter_for_dir(path) -> Adapter:
+    """The adapter whose on-disk format the checkpoint directory `path` holds."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    claims = [cls for cls in ADAPTERS if cls.claims_dir(p)]
+    if len(claims) == 1:
+        return claims[0]()
+    if claims:
+        raise UnsupportedModel(f"{path} holds files of several families ({', '.join(c.family for c in claims)}); "
+                               "keep one model per directory")
+    formats = "; ".join(f"{cls.family}: {cls.dir_format}" for cls in ADAPTERS)
+    files = sorted(f.name for f in p.iterdir())
+    if not files:
+        raise FileNotFoundError(f"{path} holds no model (it is empty); glmc reads {formats}")
+    raise UnsupportedModel(f"{path} holds no model glmc can load (files: {', '.join(files)}); glmc reads {formats}")
+
+
+def forward(model, batch: dict, params: dict | None = None) -> torch.Tensor:
+    """Logits of `model` on a glmc.data batch, optionally with `params` substituted (functional_call). glmc's own
+    models that read a batch dict themselves (`reads_batch = True`, e.g. the circuit form) are called with it."""
+    if getattr(model, "reads_batch", False):
+        return model(**batch) if params is None else torch.func.functional_call(model, params, (), batch)
+    return adapter_for(model, check=False).forward(model, batch, params)
