@@ -42,7 +42,8 @@ def run_cli(*args):
 
     from glmc.cli import main
 
-    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    # GLMC_DEBUG: a bug inside a command surfaces as its traceback, not the CLI's one-line report
+    result = CliRunner(env={"GLMC_DEBUG": "1"}).invoke(main, [str(a) for a in args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
 

@@ -16,11 +16,12 @@ from tqdm.auto import tqdm
 
 from glmc.evaluate import loss_and_correct
 from glmc.interpolate import Interpolation
+from glmc.errors import BadOption
 
 
 def lambda_grid(points: int) -> list[float]:
     if points < 2:
-        raise ValueError("a path needs at least 2 points (its endpoints)")
+        raise BadOption("a path needs at least 2 points (its endpoints)")
     return [i / (points - 1) for i in range(points)]
 
 

@@ -1,9 +1,66 @@
-"""The `glmc` command line. Each sub-command lives in glmc/commands/<name>.py and is registered here."""
+"""The `glmc` command line. Each sub-command lives in glmc/commands/<name>.py and is registered here.
 
+Errors: every error a user's input causes (glmc.errors.GlmcError, and the OS errors of missing, unreadable or
+unwritable paths and full disks) is printed as one line, ``Error: …``, with exit code 1; click's usage errors
+exit with 2. Anything else is a bug: one line saying so, exit code 70, and the traceback with GLMC_DEBUG=1.
+"""
+
+import errno
 import importlib
 import importlib.util
+import os
 
 import click
+
+from glmc.errors import GlmcError
+
+DEBUG_ENV = "GLMC_DEBUG"
+INTERNAL_EXIT_CODE = 70  # EX_SOFTWARE (sysexits.h)
+# OS errors a user causes (paths, permissions, space), reported as one line, never as a traceback
+USER_OS_ERRORS = (FileNotFoundError, PermissionError, FileExistsError, IsADirectoryError, NotADirectoryError)
+USER_ERRNOS = {errno.ENOSPC: "free some space or write somewhere else", errno.EDQUOT: "free some space or write "
+               "somewhere else", errno.EROFS: "write somewhere else", errno.ENAMETOOLONG: "choose a shorter path"}
+OS_FIXES = {FileNotFoundError: "check the path", PermissionError: "check its permissions or choose another path",
+            FileExistsError: "remove it or choose another path", IsADirectoryError: "give a file path, not a directory",
+            NotADirectoryError: "a part of the path is a file, not a directory: choose another path"}
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) collapsed to one space."""
+    return " ".join(str(text).split())
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an OSError: what failed, on which path, and what to do."""
+    if e.strerror is None or e.filename is None:  # raised by glmc with its own message
+        return one_line(e)
+    path = e.filename if e.filename2 is None else f"{e.filename} -> {e.filename2}"
+    fix = USER_ERRNOS.get(e.errno) or next(f for cls, f in OS_FIXES.items() if isinstance(e, cls))
+    return one_line(f"{path}: {e.strerror} ({fix})")
+
+
+class InternalError(click.ClickException):
+    """An exception glmc did not expect: a bug. One line, and the way to see the traceback."""
+
+    exit_code = INTERNAL_EXIT_CODE
+
+    def __init__(self, e: BaseException):
+        where = f"{type(e).__module__}.{type(e).__name__}".removeprefix("builtins.")
+        super().__init__(one_line(f"internal error (a bug in glmc, please report it): {where}: {e} "
+                                  f"(rerun with {DEBUG_ENV}=1 for the traceback)"))
+
+
+def is_user_os_error(e: BaseException) -> bool:
+    return isinstance(e, USER_OS_ERRORS) or (isinstance(e, OSError) and e.errno in USER_ERRNOS)
+
+
+def translate(e: Exception) -> click.ClickException:
+    """The ClickException the CLI shows for an exception that escaped a command."""
+    if isinstance(e, GlmcError):
+        return click.ClickException(one_line(e))
+    if is_user_os_error(e):
+        return click.ClickException(os_error_message(e))
+    return InternalError(e)
 
 # name -> module under glmc.commands that defines a click command called `command`
 COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo"]
@@ -25,6 +82,16 @@ class LazyGroup(click.Group):
                 return None
             raise
         return module.command
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise  # the whole traceback, user errors included
+            raise translate(e) from e
 
 
 @click.group(cls=LazyGroup)

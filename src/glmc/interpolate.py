@@ -12,6 +12,7 @@ import copy
 import torch
 
 from glmc.adapters import adapter_for
+from glmc.errors import IncompatibleModels
 
 
 def harmonise(models: list) -> list:
@@ -28,8 +29,8 @@ def harmonise(models: list) -> list:
     for i, s in enumerate(shapes[1:], 1):
         if s != shapes[0]:
             diff = sorted(set(s.items()) ^ set(shapes[0].items()))[:3]
-            raise ValueError(f"model {i + 1} has a different architecture from model 1 (first differences: {diff}); "
-                             "align them first (different widths: `glmc align NARROW WIDE`)")
+            raise IncompatibleModels(f"model {i + 1} has a different architecture from model 1 (first differences: "
+                                     f"{diff}); align them first (different widths: `glmc align NARROW WIDE`)")
     return models
 
 

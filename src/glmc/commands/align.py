@@ -2,8 +2,10 @@
 
 import click
 
-from glmc.commands.common import (data_options, load_eval_data, load_models, mode_option, pick_device, save_like,
-                                  write_json)
+from glmc.commands.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
+                                  pick_device, save_like, write_json)
+
+POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("align")
@@ -13,16 +15,18 @@ from glmc.commands.common import (data_options, load_eval_data, load_models, mod
               type=click.Choice(["weight", "activation", "learned", "learned-perm"]))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for B′ (a standard checkpoint), transform.safetensors and align.json.")
-@click.option("--iterations", default=15, show_default=True, help="Weight-matching iterations.")
+@click.option("--iterations", default=15, show_default=True, type=click.IntRange(min=1),
+              help="Weight-matching iterations.")
 @click.option("--residual", default="orthogonal", show_default=True, type=click.Choice(["orthogonal", "permutation"]),
               help="Residual symmetry for weight matching.")
 @click.option("--no-head-maps", is_flag=True, help="Weight matching without the per-head invertible maps.")
-@click.option("--batches", "act_batches", default=32, show_default=True,
+@click.option("--batches", "act_batches", default=32, show_default=True, type=click.IntRange(min=1),
               help="Activation matching: training batches to correlate.")
-@click.option("--steps", default=None, type=int, help="Learned matching: optimiser steps [300].")
-@click.option("--epochs", default=None, type=float, help="Learned matching: passes over the training split.")
-@click.option("--minutes", default=None, type=float, help="Learned matching: wall-clock budget.")
-@click.option("--lr", default=1e-3, show_default=True, help="Learned matching: peak learning rate (AdamW).")
+@click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching: optimiser steps [300].")
+@click.option("--epochs", default=None, type=POSITIVE, help="Learned matching: passes over the training split.")
+@click.option("--minutes", default=None, type=POSITIVE, help="Learned matching: wall-clock budget.")
+@click.option("--lr", default=1e-3, show_default=True, type=POSITIVE,
+              help="Learned matching: peak learning rate (AdamW).")
 @click.option("--sampler", default=None, type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]),
               help="Learned matching: λ sampler [narrow: U(0.4, 0.6); uniform: U(0, 1) for models of different "
                    "widths].")
@@ -30,8 +34,10 @@ from glmc.commands.common import (data_options, load_eval_data, load_models, mod
               help="Models of different widths: the embedded model's free reader weights (exact either way) "
                    "[learned: trained with learned matching; fixed: the wide model's; off: zero].")
 @click.option("--soft", is_flag=True, help="Learned matching: Sinkhorn soft permutations (rounded at the end).")
-@click.option("--eval-every", default=50, show_default=True, help="Learned matching: validate every N steps.")
-@click.option("--patience", default=None, type=int, help="Learned matching: early stopping after N checks.")
+@click.option("--eval-every", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Learned matching: validate every N steps.")
+@click.option("--patience", default=None, type=click.IntRange(min=1),
+              help="Learned matching: early stopping after N checks.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -43,23 +49,22 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
     one (which stays fixed), and that is what is written."""
     import time
-    from pathlib import Path
 
-    from glmc.align import align
+    from glmc.align import align, method_options
     from glmc.align.nullspace import save_fill
     from glmc.io import atomic_dir
 
-    if Path(out_dir).exists() and not overwrite:
-        raise click.ClickException(f"{out_dir} exists (pass --overwrite to replace it)")
+    check_out_path(out_dir, "--out", overwrite, directory=True)
     device = pick_device(data_kw.pop("device"))
     a, b = load_models([model_a, model_b], device)
     ds = None
     if method != "weight":
-        ds, _, _ = load_eval_data(model_a, **data_kw)
+        ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
     t0 = time.perf_counter()
-    al = align(a, b, method, data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps,
-               progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr,
-               sampler=sampler, null_space=null_space, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
+    options = dict(data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps, progress=progress,
+                   batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr, sampler=sampler,
+                   null_space=null_space, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
+    al = align(a, b, method, **method_options(method, options))
     seconds = time.perf_counter() - t0
     report = {"schema": "glmc.align/1", "model_a": str(model_a), "model_b": str(model_b), "method": method,
               "seconds": seconds, **al.report}
@@ -68,7 +73,7 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
         if mode == "circuit":  # the paper's form: circuit.safetensors + circuit_config.json
             from glmc.circuit import circuit_model
 
-            circuit_model(moved.cpu()).write_files(tmp)
+            circuit_model(moved).write_files(tmp)
         else:
             save_like(moved, source, tmp)
         if al.transform is not None:

@@ -2,23 +2,28 @@
 
 import click
 
-from glmc.commands.common import data_options, load_eval_data, load_models, mode_option, pick_device, write_json
+from glmc.commands.common import (check_out_path, check_plot_path, data_options, load_eval_data, load_models,
+                                  mode_option, parse_methods, pick_device, write_json)
 
 
 @click.command("barrier")
 @click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--align", "methods", default="none", show_default=True,
               help="Comma-separated alignment methods: none, weight, activation, learned, learned-perm.")
-@click.option("--points", default=11, show_default=True, help="λ grid points, endpoints included.")
+@click.option("--points", default=11, show_default=True, type=click.IntRange(min=2),
+              help="λ grid points, endpoints included.")
 @data_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write all results as JSON here.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the per-λ curves as CSV here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss/accuracy figure here.")
-@click.option("--iterations", default=15, show_default=True, help="Weight-matching iterations.")
-@click.option("--steps", default=None, type=int, help="Learned matching steps [300].")
-@click.option("--resolution", default=10, show_default=True, help="3 models: simplex grid steps per edge.")
-@click.option("--samples", default=64, show_default=True, help="More than 3 models: random simplex points.")
-@click.option("--concentration", default=None, type=float,
+@click.option("--iterations", default=15, show_default=True, type=click.IntRange(min=1),
+              help="Weight-matching iterations.")
+@click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching steps [300].")
+@click.option("--resolution", default=10, show_default=True, type=click.IntRange(min=1),
+              help="3 models: simplex grid steps per edge.")
+@click.option("--samples", default=64, show_default=True, type=click.IntRange(min=1),
+              help="More than 3 models: random simplex points.")
+@click.option("--concentration", default=None, type=click.FloatRange(min=0, min_open=True),
               help="3+ models, learned: λ ~ Dirichlet(concentration) in training [1; the paper: 0.1] (glmc merge).")
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -32,10 +37,19 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     learned, each aligning all models to a shared universe)."""
     from glmc.experiment import run_barriers, format_table, write_csv
 
+    if len(models) < 2:
+        raise click.UsageError("give at least two models")
+    method_list = parse_methods(methods, "--align", simplex=len(models) > 2)
+    for path, option in ((json_path, "--json"), (csv_path, "--csv")):
+        if path:
+            check_out_path(path, option)
+    if plot_path:
+        check_plot_path(plot_path)
+    if plot_path and len(models) > 3:
+        raise click.UsageError("--plot draws a ternary heat map for 3 models (or curves for 2); drop it for more")
     device = pick_device(data_kw.pop("device"))
     loaded = load_models(models, device)
-    ds, batches, data_info = load_eval_data(models[0], **data_kw)
-    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    ds, batches, data_info = load_eval_data(models[0], model=loaded[0], **data_kw)
     if len(models) > 2:
         return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,
                         json_path, plot_path, mode, concentration)
@@ -71,7 +85,7 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
         if method not in ("none", "weight", "learned"):
             raise click.UsageError(f"simplex barriers support none, weight and learned, not {method!r}")
         t0 = time.perf_counter()
-        aligned = [m.cpu() for m in models]
+        aligned = list(models)
         if method != "none":
             _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300,
                                             mode=mode, concentration=concentration)

@@ -16,9 +16,11 @@ def data_options(f):
                   "what model A's glmc.json records.")
     @click.option("--tokenizer", default=None, help="With --data for text: tokenizer directory or spec.")
     @click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
-    @click.option("--batch-size", default=32, show_default=True)
-    @click.option("--max-batches", default=None, type=int, help="Evaluate on at most this many batches.")
-    @click.option("--max-tokens", default=None, type=int, help="LMs: evaluate on at most this many tokens.")
+    @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+    @click.option("--max-batches", default=None, type=click.IntRange(min=1),
+                  help="Evaluate on at most this many batches.")
+    @click.option("--max-tokens", default=None, type=click.IntRange(min=1),
+                  help="LMs: evaluate on at most this many tokens.")
     @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
@@ -38,28 +40,62 @@ def pick_device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise click.BadParameter(f"{name!r} is not a device; use auto, cpu, cuda or cuda:N", param_hint="--device") \
+            from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter("CUDA is not available on this machine; use --device cpu", param_hint="--device")
+    return device
+
+
+def check_out_path(path, option: str, overwrite: bool = True, directory: bool = False) -> None:
+    """Refuse an output path early (before any work): one that exists without --overwrite, a directory where a
+    file goes, or one below a regular file."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise click.BadParameter(f"{path} exists (pass --overwrite to replace it, or choose another path)",
+                                 param_hint=option)
+    if p.is_dir() and not directory:
+        raise click.BadParameter(f"{path} is a directory; give a file path", param_hint=option)
+    if p.exists() and directory and not p.is_dir():
+        raise click.BadParameter(f"{path} is a file; give a directory path", param_hint=option)
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise click.BadParameter(f"cannot write {path}: {parent} is a file, not a directory; choose another path",
+                                 param_hint=option)
 
 
 def load_models(paths, device):
-    from glmc.models import load_model
+    """The models in `paths`, checked (glmc/checkpoint.py: files, weights, and that they can be combined), on
+    `device`. A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI prints as one line."""
+    from glmc.checkpoint import check_group, load_checked
 
-    out = []
-    for p in paths:
-        try:
-            model, _ = load_model(p)
-        except (FileNotFoundError, ValueError) as e:
-            raise click.ClickException(str(e))
-        out.append(model.to(device).eval())
-    return out
+    out = [load_checked(p)[0] for p in paths]
+    if len(out) > 1:
+        check_group(out, [str(p) for p in paths])
+    return [m.to(device).eval() for m in out]
 
 
 def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_size=32, max_batches=None,
-                   max_tokens=None):
+                   max_tokens=None, model=None):
     """(data set, materialised batches, info for reports). Batches are built once so every λ and every method
-    sees the same ones."""
+    sees the same ones. With `model` (loaded from `model_dir`), data it cannot be evaluated on is refused."""
     import glmc.data
 
+    if model is not None and data is not None:  # before reading the data (or a tokenizer the model lacks)
+        from glmc.checkpoint import check_data_task
+
+        try:
+            task = glmc.data.parse_spec(data)["task"]  # an unknown source is refused here, by name
+        except ValueError as e:
+            raise click.ClickException(str(e))
+        check_data_task(task, data, model, model_dir)
     try:
         if data is None:
             ds = glmc.data.load_for_model(model_dir)
@@ -68,6 +104,10 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
                                                                  else None))
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e))
+    if model is not None:
+        from glmc.checkpoint import check_data_fits
+
+        check_data_fits(ds, model, model_dir)
     if max_tokens is not None and ds.task == "lm":
         per_batch = batch_size * ds.spec["context"]
         max_batches = min(max_batches or math.inf, max(1, math.ceil(max_tokens / per_batch)))
@@ -99,4 +139,36 @@ def save_like(model, source_dir, target) -> None:
     if record is not None:
         record = {**record, "derived_from": str(source_dir)}
     Path(target).mkdir(parents=True, exist_ok=True)
-    write_model_files(model.cpu(), Path(target), record=record, tokenizer=tokenizer)
+    write_model_files(model, Path(target), record=record, tokenizer=tokenizer)
+
+
+def check_plot_path(path, option: str = "--plot") -> None:
+    """A figure path whose suffix matplotlib can write (none: PNG), checked before any work."""
+    from pathlib import Path
+
+    check_out_path(path, option)
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if suffix:
+        from matplotlib.figure import Figure
+
+        formats = Figure().canvas.get_supported_filetypes()
+        if suffix not in formats:
+            raise click.BadParameter(f"cannot draw a .{suffix} figure; use one of {', '.join(sorted(formats))}",
+                                     param_hint=option)
+
+
+SIMPLEX_METHODS = ("none", "weight", "learned")
+
+
+def parse_methods(text: str, option: str, simplex: bool = False) -> list[str]:
+    """Comma-separated alignment method names, each one glmc implements (for 3+ models: a simplex method)."""
+    from glmc.align import available_methods
+
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    known = [m for m in available_methods() if not simplex or m in SIMPLEX_METHODS]
+    bad = [m for m in methods if m not in known]
+    if not methods or bad:
+        what = f"unknown method {bad[0]!r}" if bad else "no method given"
+        kind = "simplex barriers (3+ models) support" if simplex else "choose from"
+        raise click.BadParameter(f"{what}; {kind} {', '.join(known)}", param_hint=option)
+    return methods

@@ -37,9 +37,11 @@ def _train_or_reuse(out_dir, seed, steps, progress):
 @click.command("demo")
 @click.option("--out", "out_dir", default="runs/demo", show_default=True, type=click.Path(file_okay=False),
               help="Where the two models, the table, JSON and figure go (models are reused if present).")
-@click.option("--steps", default=DEMO_TRAIN["steps"], show_default=True, help="Training steps per model.")
+@click.option("--steps", default=DEMO_TRAIN["steps"], show_default=True, type=click.IntRange(min=1),
+              help="Training steps per model.")
 @click.option("--methods", default=None, help="Alignment methods [all available: none, activation, weight, …].")
-@click.option("--max-batches", default=20, show_default=True, help="Test batches per λ point.")
+@click.option("--max-batches", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Test batches per λ point.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(out_dir, steps, methods, max_batches, progress):
     """Train two GPT-2s on Shakespeare (seeds 0 and 1), align them with each method and print the barriers."""
@@ -48,15 +50,18 @@ def command(out_dir, steps, methods, max_batches, progress):
     import torch
 
     from glmc.align import available_methods
-    from glmc.commands.common import load_eval_data, load_models, pick_device, write_json
+    from glmc.commands.common import (check_out_path, load_eval_data, load_models, parse_methods, pick_device,
+                                      write_json)
     from glmc.experiment import format_table, run_barriers, write_csv
     from glmc.plots import plot_curves
 
     out = Path(out_dir)
+    chosen = parse_methods(methods, "--methods") if methods else None  # before minutes of training
+    check_out_path(out, "--out", directory=True)
     for seed in (0, 1):
         _train_or_reuse(out / f"gpt2-seed{seed}", seed, steps, progress)
     order = ["none", "activation", "weight", "learned-perm", "learned"]
-    chosen = [m.strip() for m in methods.split(",")] if methods else [m for m in order if m in available_methods()]
+    chosen = chosen or [m for m in order if m in available_methods()]
     device = pick_device("auto")
     paths = [out / "gpt2-seed0", out / "gpt2-seed1"]
     a, b = load_models(paths, device)

@@ -2,7 +2,10 @@
 
 import click
 
-from glmc.commands.common import data_options, load_eval_data, load_models, mode_option, pick_device, write_json
+from glmc.commands.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
+                                  pick_device, write_json)
+
+POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("merge")
@@ -11,11 +14,13 @@ from glmc.commands.common import data_options, load_eval_data, load_models, mode
               help="Directory for the merged model; aligned/ holds each aligned model, merge.json the report.")
 @click.option("--method", default="weight", show_default=True, type=click.Choice(["weight", "learned"]))
 @click.option("--weights", default=None, help="Comma-separated merge weights (default: uniform).")
-@click.option("--rounds", default=3, show_default=True, help="Universe rounds (align to the average, re-average).")
-@click.option("--iterations", default=5, show_default=True, help="Weight-matching iterations per alignment.")
-@click.option("--steps", default=300, show_default=True, help="Learned refinement steps.")
-@click.option("--lr", default=None, type=float, help="Learned refinement learning rate [1e-2; the paper: 3e-4].")
-@click.option("--concentration", default=None, type=float,
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Universe rounds (align to the average, re-average).")
+@click.option("--iterations", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Weight-matching iterations per alignment.")
+@click.option("--steps", default=300, show_default=True, type=click.IntRange(min=1), help="Learned refinement steps.")
+@click.option("--lr", default=None, type=POSITIVE, help="Learned refinement learning rate [1e-2; the paper: 3e-4].")
+@click.option("--concentration", default=None, type=POSITIVE,
               help="Learned refinement draws λ ~ Dirichlet(concentration) on the simplex [1: uniform; the paper: "
                    "0.1, which puts most draws next to a vertex, where there is no gradient].")
 @click.option("--null-space", default="fixed", show_default=True, type=click.Choice(["fixed", "off"]),
@@ -29,8 +34,6 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, con
             overwrite, progress, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
-    from pathlib import Path
-
     from glmc.align.nullspace import save_fill
     from glmc.commands.common import save_like
     from glmc.evaluate import evaluate
@@ -39,16 +42,13 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, con
 
     if len(models) < 2:
         raise click.UsageError("give at least two models")
-    if Path(out_dir).exists() and not overwrite:
-        raise click.ClickException(f"{out_dir} exists (pass --overwrite to replace it)")
-    w = [float(x) for x in weights.split(",")] if weights else None
-    if w is not None and len(w) != len(models):
-        raise click.UsageError(f"{len(w)} weights for {len(models)} models")
+    check_out_path(out_dir, "--out", overwrite, directory=True)
+    w = _parse_weights(weights, len(models)) if weights else None
     device = pick_device(data_kw.pop("device"))
     loaded = load_models(models, device)
-    ds, batches, info = load_eval_data(models[0], **data_kw)
+    ds, batches, info = load_eval_data(models[0], model=loaded[0], **data_kw)
     merged, aligned, transforms, report = merge_models(
-        [m.cpu() for m in loaded], method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
+        loaded, method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
         concentration=concentration, mode=mode, null_space=null_space)
     if mode == "circuit":  # average whole circuits (the paper's form); the result is a glmc CircuitModel
         from glmc.circuit import CircuitModel, circuit_model
@@ -60,7 +60,7 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, con
         merged = CircuitModel(circuits[0].config, params).eval()
     scores = {"merged": evaluate(merged, batches, ds.task)}
     for i, m in enumerate(loaded):
-        scores[f"model{i + 1}"] = evaluate(m.cpu(), batches, ds.task)
+        scores[f"model{i + 1}"] = evaluate(m, batches, ds.task)
     report.update({"schema": "glmc.merge/1", "models": [str(m) for m in models], "scores": scores, **info})
     with atomic_dir(out_dir) as tmp:
         if mode == "circuit":
@@ -79,3 +79,21 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, con
         click.echo(f"{name:>8}: {info['split']} loss {s['loss']:.4f}  acc {100 * s['acc']:.2f}%")
     click.echo(f"max |Δlogits| of the aligned models: {max(report['max_dlogits']):.2e}")
     click.echo(f"wrote {out_dir}/ (merged model, aligned/, merge.json)")
+
+
+def _parse_weights(text: str, k: int) -> list[float]:
+    """--weights: k comma-separated non-negative numbers that sum to 1."""
+    import math
+
+    try:
+        w = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers (e.g. 0.5,0.5)",
+                                 param_hint="--weights") from None
+    if len(w) != k:
+        raise click.BadParameter(f"{len(w)} weights for {k} models; give one per model", param_hint="--weights")
+    if not all(math.isfinite(x) and x >= 0 for x in w):
+        raise click.BadParameter(f"weights must be non-negative numbers, got {text!r}", param_hint="--weights")
+    if abs(sum(w) - 1) > 1e-6:
+        raise click.BadParameter(f"weights must sum to 1, got {text!r} (sum {sum(w):g})", param_hint="--weights")
+    return w

@@ -7,7 +7,8 @@ import click
 
 @click.command("verify")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--tol", default=1e-4, show_default=True, help="Largest allowed max |Δlogits| and |Δloss|.")
+@click.option("--tol", default=1e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Largest allowed max |Δlogits| and |Δloss|.")
 @click.option("--seed", default=0, show_default=True, help="Seed for the random group elements and inputs.")
 @click.option("--classes", default=None, help="Comma-separated subset of classes (default: all the model admits).")
 def command(model_dir, tol, seed, classes):
@@ -16,14 +17,15 @@ def command(model_dir, tol, seed, classes):
     import torch
 
     from glmc.adapters import UnsupportedModel, adapter_for
-    from glmc.models import load_model
+    from glmc.checkpoint import load_checked
     from glmc.verify import verify_model
 
-    torch.set_grad_enabled(False)
-    model, _ = load_model(model_dir)
+    model, _ = load_checked(model_dir)  # a bad or unsupported checkpoint: a GlmcError, one line from the CLI
     try:
         arch = adapter_for(model).arch(model)
-        checks = verify_model(model, seed=seed, tol=tol, classes=classes.split(",") if classes else None)
+        chosen = _parse_classes(classes, arch) if classes is not None else None
+        with torch.no_grad():  # not set_grad_enabled: the CLI may run in-process (tests, notebooks)
+            checks = verify_model(model, seed=seed, tol=tol, classes=chosen)
     except UnsupportedModel as e:
         raise click.ClickException(f"cannot transform {model_dir} exactly: {e}")
     click.echo(f"{model_dir}: {arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads, "
@@ -38,3 +40,18 @@ def command(model_dir, tol, seed, classes):
         click.echo(f"FAILED (tolerance {tol:g}): {', '.join(bad)}", err=True)
         sys.exit(1)
     click.echo(f"all {len(checks)} checks within {tol:g}")
+
+
+def _parse_classes(text: str, arch) -> list[str]:
+    """--classes: comma-separated names of symmetry classes this model admits (or declares inexact, which
+    verify_model refuses with the reason)."""
+    from glmc.symmetry.random import exact_classes, resolve
+
+    chosen = [c.strip() for c in text.split(",") if c.strip()]
+    admitted = list(exact_classes(arch)) + ["rectangular"]
+    bad = [c for c in chosen if c not in admitted and resolve(c)[0] not in arch.unsupported
+           and ":".join(x for x in resolve(c) if x) not in admitted]
+    if not chosen or bad:
+        what = f"unknown symmetry class {bad[0]!r} for this {arch.family} model" if bad else "no class given"
+        raise click.BadParameter(f"{what}; it admits {', '.join(admitted)}", param_hint="--classes")
+    return chosen

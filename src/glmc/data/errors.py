@@ -1,5 +1,5 @@
-"""The error raised when a data set or tokenizer needs something that is not installed."""
+"""The error raised when a data set or tokenizer needs something that is not installed (see glmc/errors.py)."""
 
+from glmc.errors import DataUnavailable
 
-class DataUnavailable(RuntimeError):
-    """A package or system data set is missing; the message says how to install it."""
+__all__ = ["DataUnavailable"]

@@ -1,0 +1,258 @@
+"""Checkpoint validation at the load boundary: what the commands call instead of loading a model directory
+directly, so that a bad checkpoint is refused with one line naming the problem (glmc.errors.BadCheckpoint,
+UnsupportedModel) before any work is done, and never half-used.
+
+    model, record = load_checked(path)          # files checked, model loaded, weights checked
+    check_group(models, paths)                  # same family, depth and width-independent shapes
+
+Checked before anything is loaded (from the files alone; nothing is unpickled, no weight data is read):
+- the directory holds a model: not empty, a config (config.json or timm_config.json), *.safetensors weights
+  (a directory of pickle files only is refused: glmc never loads them);
+- config.json / timm_config.json / glmc.json are valid JSON, and config.json names a model_type glmc supports;
+- every *.safetensors header is readable (a truncated or corrupt file is refused);
+- for Hugging Face models: every parameter the config implies is in the files, with that shape and a
+  floating-point dtype (a missing weight would otherwise be randomly initialised by transformers).
+Checked after loading: every parameter is finite (the first NaN/inf one is named).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
+
+HF_CONFIG = "config.json"
+TIMM_CONFIG = "timm_config.json"
+RECORD = "glmc.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+# config.json model_type -> (what glmc calls it, the transformers classes glmc loads, the default one)
+HF_TYPES = {"gpt2": ("GPT-2", ("GPT2LMHeadModel",), "GPT2LMHeadModel"),
+            "vit": ("ViT", ("ViTForImageClassification", "ViTModel"), "ViTForImageClassification")}
+SUPPORTED = ("GPT-2 (config.json with model_type \"gpt2\"), ViT (model_type \"vit\") and timm ViTs "
+             f"({TIMM_CONFIG} as glmc writes it)")
+RESAVE = "re-save it (save_pretrained(..., safe_serialization=True)) or copy it again"
+
+
+def load_checked(path):
+    """(model in eval mode, glmc.json record or None) from a model directory, refusing bad checkpoints with
+    BadCheckpoint / UnsupportedModel (see the module docstring). The files are only read."""
+    from glmc.models import load_model
+
+    p = Path(path)
+    check_files(p)
+    try:
+        model, record = load_model(p)
+    except (UnsupportedModel, BadCheckpoint):
+        raise
+    except (ValueError, OSError) as e:  # what the loaders raise for a checkpoint they cannot read
+        raise BadCheckpoint(f"cannot load {path}: {_first_line(e)}") from e
+    except Exception as e:  # safetensors' own error type is not importable under a stable name
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise BadCheckpoint(f"cannot load {path}: corrupt safetensors file ({_first_line(e)}); {RESAVE}") from e
+    check_finite(model, path)
+    return model, record
+
+
+def check_files(path) -> None:
+    """Everything about the directory `path` that can be checked without loading the model."""
+    p = Path(path)
+    if not p.exists():
+        raise BadCheckpoint(f"model directory not found: {path}")
+    if not p.is_dir():
+        raise BadCheckpoint(f"{path} is a file, not a model directory (give the directory that holds "
+                            f"{HF_CONFIG} or {TIMM_CONFIG} and *.safetensors)")
+    files = sorted(f.name for f in p.iterdir() if f.is_file())
+    if not files:
+        raise BadCheckpoint(f"{path} is empty: expected a model directory ({HF_CONFIG} or {TIMM_CONFIG} and "
+                            "model.safetensors, as glmc train or save_pretrained writes)")
+    weights = sorted(p.glob("*.safetensors"))
+    pickled = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
+    if not weights and pickled:
+        raise BadCheckpoint(f"{path} has only pickle weights ({', '.join(pickled)}): pickle files are never loaded; "
+                            "convert to safetensors (model.save_pretrained(DIR, safe_serialization=True))")
+    has_hf, has_timm = (p / HF_CONFIG).is_file(), (p / TIMM_CONFIG).is_file()
+    if not (has_hf or has_timm):
+        listed = ", ".join(files[:6]) + (", …" if len(files) > 6 else "")
+        raise BadCheckpoint(f"{path} holds no model (files: {listed}): expected {HF_CONFIG} (Hugging Face) or "
+                            f"{TIMM_CONFIG} (timm) beside *.safetensors")
+    for name in (HF_CONFIG, TIMM_CONFIG, RECORD):
+        if (p / name).is_file():
+            _read_json(p / name)
+    if not weights:
+        raise BadCheckpoint(f"no *.safetensors weights in {path} (files: {', '.join(files)}); {RESAVE}")
+    header = read_headers(weights)
+    if has_hf and not has_timm:
+        _check_hf(p, _read_json(p / HF_CONFIG), header)
+
+
+def read_headers(files) -> dict:
+    """{tensor name: (dtype string, shape tuple, file name)} from the headers of safetensors `files`; a
+    truncated or corrupt file raises BadCheckpoint."""
+    from safetensors import safe_open
+
+    out = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                for k in st.keys():
+                    s = st.get_slice(k)
+                    out[k] = (s.get_dtype(), tuple(s.get_shape()), f.name)
+        except Exception as e:  # SafetensorError (not importable under a stable name) or OSError
+            if type(e).__name__ != "SafetensorError" and not isinstance(e, OSError):
+                raise
+            raise BadCheckpoint(f"{f} is truncated or corrupt ({_first_line(e)}); {RESAVE}") from e
+    return out
+
+
+def _check_hf(p: Path, config: dict, header: dict) -> None:
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in HF_TYPES:
+        got = f"model_type {model_type!r}" if model_type else "no model_type"
+        raise UnsupportedModel(f"{p / HF_CONFIG} has {got}; glmc supports {SUPPORTED}")
+    label, classes, default = HF_TYPES[model_type]
+    names = config.get("architectures") or [default]
+    if names[0] not in classes:
+        return  # the loader names the classes it accepts
+    expected = _expected_parameters(p, names[0], label)
+    if expected is None:
+        return  # this transformers cannot say how it names weights on disk: the loader checks them
+    prefix = expected.pop(None)
+    for name, shape in expected.items():
+        key = name if name in header else name.removeprefix(prefix + ".")
+        if key not in header:
+            raise BadCheckpoint(f"{p} lacks weight {name!r} that {HF_CONFIG} implies (transformers would initialise "
+                                f"it at random): the checkpoint is incomplete; {RESAVE}")
+        dtype, have, file = header[key]
+        if dtype not in FLOAT_DTYPES:
+            raise BadCheckpoint(f"{p / file}: weight {key!r} is stored as {dtype}; glmc needs floating-point weights "
+                                f"({', '.join(FLOAT_DTYPES)}): save the model with float weights")
+        if have != shape:
+            raise BadCheckpoint(f"{p / file}: weight {key!r} has shape {list(have)} but {HF_CONFIG} implies "
+                                f"{list(shape)}: the weights and the config do not belong together")
+
+
+def _expected_parameters(p: Path, class_name: str, label: str) -> dict | None:
+    """{name on disk: shape} of every parameter of the model `config.json` describes (tied ones once), built on
+    the meta device (no memory, no weights) and named as save_pretrained names them; key None: the class's
+    base_model_prefix. None if this transformers version does not expose its on-disk naming."""
+    import torch
+    import transformers
+
+    try:  # transformers 5 renames some weights between modules and files; save_pretrained applies this
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:
+        return None
+    cls = getattr(transformers, class_name)
+    try:
+        config = cls.config_class.from_pretrained(str(p), local_files_only=True)
+        with torch.device("meta"):
+            model = cls(config)
+    except (ValueError, TypeError, KeyError, AttributeError, OSError) as e:
+        raise BadCheckpoint(f"{p / HF_CONFIG} does not describe a valid {label} model: {_first_line(e)}") from e
+    on_disk = revert_weight_conversion(model, dict(model.named_parameters()))
+    out = {n: tuple(t.shape) for n, t in on_disk.items()}
+    out[None] = cls.base_model_prefix
+    return out
+
+
+def check_finite(model, path) -> None:
+    """Refuse a model with a NaN or infinite parameter, naming the first."""
+    import torch
+
+    for name, t in model.named_parameters():
+        finite = torch.isfinite(t)
+        if not bool(finite.all()):
+            bad = int((~finite).sum())
+            kind = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+            raise BadCheckpoint(f"{path}: weight {name!r} holds {kind} values ({bad} of {t.numel()} entries); the "
+                                "checkpoint is broken (did training diverge?): use another checkpoint")
+
+
+def check_group(models, paths) -> None:
+    """Refuse models that cannot be aligned, interpolated or merged together: every model must be of model 1's
+    family (hence task), depth and width-independent sizes (vocabulary, positions, patch, classes); widths may
+    differ. Raises IncompatibleModels naming the first difference."""
+    from glmc.adapters import adapter_for
+
+    adapters = [adapter_for(m) for m in models]
+    a, pa = models[0], paths[0]
+    arch_a = adapters[0].arch(a)
+    sizes_a = _fixed_sizes(adapters[0], a)
+    for adapter, m, p in zip(adapters[1:], models[1:], paths[1:]):
+        if adapter.family != adapters[0].family:
+            raise IncompatibleModels(f"cannot combine a {adapters[0].family} model ({pa}) with a {adapter.family} "
+                                     f"model ({p}): glmc aligns models of one family and task")
+        arch = adapter.arch(m)
+        if arch.n_layer != arch_a.n_layer:
+            raise IncompatibleModels(f"models differ in depth ({pa}: {arch_a.n_layer} layers, {p}: {arch.n_layer}); "
+                                     "glmc aligns models of the same depth (widths may differ)")
+        sizes = _fixed_sizes(adapter, m)
+        for role in sorted(set(sizes_a) | set(sizes)):
+            if sizes_a.get(role) != sizes.get(role):
+                what = ROLE_NAMES.get(role, role)
+                raise IncompatibleModels(f"models differ in {what} ({pa}: {_size(sizes_a.get(role))}, {p}: "
+                                         f"{_size(sizes.get(role))}); glmc aligns models that differ only in width")
+
+
+# canonical roles outside the blocks whose leading axes do not depend on the width (the residual axis is last)
+ROLE_NAMES = {"embed": "vocabulary size", "pos_embed": "positions (context length or number of patches)",
+              "patch.w": "patch size × channels", "head.w": "output size (vocabulary or classes)",
+              "cls": "class token", "registers": "register tokens"}
+
+
+def _fixed_sizes(adapter, model) -> dict:
+    view = adapter.to_canonical(model)
+    return {k: tuple(v.shape[:-1]) for k, v in view.items() if k in ROLE_NAMES}
+
+
+def _size(shape) -> str:
+    if shape is None:
+        return "none"
+    return str(shape[0]) if len(shape) == 1 else "×".join(map(str, shape))
+
+
+def _read_json(f: Path):
+    try:
+        return json.loads(f.read_text())
+    except UnicodeDecodeError as e:
+        raise BadCheckpoint(f"{f} is not text ({e.reason}); {RESAVE}") from e
+    except json.JSONDecodeError as e:
+        raise BadCheckpoint(f"{f} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): fix the file "
+                            "or write it again") from e
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def check_data_fits(ds, model, path) -> None:
+    """Refuse data a model cannot be evaluated on: another task, token ids beyond its vocabulary, or another
+    number of classes (IncompatibleModels naming both sides)."""
+    from glmc.adapters import adapter_for
+
+    adapter = adapter_for(model)
+    task, sizes = adapter.arch(model).task, _fixed_sizes(adapter, model)
+    source = ds.spec.get("source", "?")
+    check_data_task(ds.task, source, model, path)
+    if task == "lm" and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
+        raise IncompatibleModels(f"the tokenizer of {source!r} has {ds.vocab_size} tokens but {path} has a vocabulary "
+                                 f"of {sizes['embed'][0]}: use the model's own tokenizer (--tokenizer {path})")
+    if task == "cls" and "head.w" in sizes and ds.num_classes != sizes["head.w"][0]:
+        raise IncompatibleModels(f"{source!r} has {ds.num_classes} classes but {path} outputs "
+                                 f"{sizes['head.w'][0]}: give the data it was trained on (--data)")
+
+
+def check_data_task(data_task: str, source: str, model, path) -> None:
+    """Refuse data of another task than the model's (text for an image classifier, images for an LM)."""
+    from glmc.adapters import adapter_for
+
+    adapter = adapter_for(model)
+    task = adapter.arch(model).task
+    if data_task != task:
+        kinds = {"lm": "text (a language model)", "cls": "images (a classifier)"}
+        raise IncompatibleModels(f"{path} is a {adapter.family} model for {kinds.get(task, task)}, but the data "
+                                 f"{source!r} is {kinds.get(data_task, data_task).split(' (')[0]}: give matching --data")
