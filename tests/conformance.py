@@ -1,0 +1,295 @@
+"""The conformance suite every adapter inherits (issue #16, item 3; the pattern of SliceGPT's adapter test base).
+
+A family plugs in with one file, tests/test_conformance_<family>.py:
+
+    class TestMyFamilyConformance(AdapterConformance):
+        family = "my-family"                      # the adapter's `family` (glmc.adapters.ADAPTERS)
+        configs = {"name": factory, ...}          # factory(seed) -> a small random model in eval mode
+        xfail = {("test_name", "config"): "why"}  # optional: known bugs, strict xfail of single cases
+
+Every `test_*` method below that takes the `config` argument runs once per entry of `configs` (parametrised by
+`pytest_generate_tests`, which pytest calls on the class); the others run once per family. A factory must
+perturb norms and LayerScale away from their identity init and give the weights a realistic scale (logits of a
+few units), otherwise folding and float32 error go untested; `test_factory_builds_a_perturbed_model` checks it.
+tests/test_conformance_registry.py fails when an adapter in glmc.adapters.ADAPTERS has no subclass with at
+least 3 configs. Nothing here trains; keep every model tiny (width ≤ 32, ≤ 2 layers, ≤ 8×8 images).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import run_cli
+from glmc.adapters import UnsupportedModel, adapter_for
+from glmc.align.common import view_distance
+from glmc.align.weight import weight_matching
+from glmc.canonical import canonicalise
+from glmc.model_ops import canonical_model, logits, transform_model
+from glmc.models import load_model, save_model
+from glmc.symmetry.kinds import kind
+from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform, resolve
+from glmc.symmetry.spec import group_name, instantiate
+from glmc.symmetry.transform import Transform
+from glmc.verify import probe_inputs, verify_model
+
+TOL = 1e-4  # function preservation (max |Δlogits|, |Δloss|) and weight restoration
+MATCH_TOL = 1e-6  # relative weight distance after weight matching recovers a planted symmetry
+NORM_GAINS = ("ln1.w", "ln2.w", "ln_final.w", "ls1", "ls2")  # canonical keys a factory must move off identity
+# canonical keys no symmetry group acts on: norm gains and LayerScale (folded), the classifier bias (class space),
+# timm's per-head q_norm / k_norm (shared by all heads, so head permutations leave them alone)
+UNTOUCHED = NORM_GAINS + ("head.b", "q_norm.w", "q_norm.b", "k_norm.w", "k_norm.b")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def max_diff(a, b, x) -> float:
+    return float((logits(a, x) - logits(b, x)).abs().max())
+
+
+def state_diff(a, b, exact: bool = True, atol: float = TOL) -> list[str]:
+    """Keys whose tensors differ between two models' state dicts (a key on one side only counts as differing)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    bad = sorted(set(sa) ^ set(sb))
+    for k in sorted(set(sa) & set(sb)):
+        x, y = sa[k], sb[k]
+        same = (torch.equal(x, y) if exact else
+                x.shape == y.shape and torch.allclose(x.double(), y.double(), rtol=0, atol=atol))
+        if not same:
+            bad.append(k)
+    return bad
+
+
+def view_diff(a: dict, b: dict, atol: float = TOL) -> list[str]:
+    """Keys whose tensors differ (beyond `atol`) between two canonical views."""
+    bad = sorted(set(a) ^ set(b))
+    return bad + [k for k in sorted(set(a) & set(b)) if a[k].shape != b[k].shape
+                  or not torch.allclose(a[k].double(), b[k].double(), rtol=0, atol=atol)]
+
+
+def shared_storage(model) -> set[frozenset[str]]:
+    """The groups of state-dict keys that share one tensor (a tied head and embedding)."""
+    by_ptr: dict[int, set] = {}
+    for k, t in model.state_dict(keep_vars=True).items():
+        by_ptr.setdefault(t.data_ptr(), set()).add(k)
+    return {frozenset(keys) for keys in by_ptr.values() if len(keys) > 1}
+
+
+def expected_checks(arch) -> set[str]:
+    """What verify_model must report for this model: nothing more, nothing less."""
+    names = {"canonical", "composed", "composed∘inverse", *exact_classes(arch)}
+    if "rectangular" not in arch.unsupported:
+        names.add("rectangular")
+    return names
+
+
+def is_invertible_class(cls: str, arch) -> bool:
+    role, k = resolve(cls)
+    return kind(k or arch.groups[role].kind).invertible
+
+
+# ---------------------------------------------------------------------------------------------- the suite
+
+class AdapterConformance:
+    """Base class of every family's conformance tests; not collected itself (its name does not start with Test)."""
+
+    family: str = ""
+    configs: dict = {}  # name -> factory(seed) returning a small random model in eval mode
+    xfail: dict = {}  # (test method name, config name) -> reason: a known bug, marked xfail(strict=True)
+    min_configs = 3
+
+    def pytest_generate_tests(self, metafunc):
+        if "config" not in metafunc.fixturenames:
+            return
+        test = metafunc.function.__name__
+        params = [pytest.param(name, id=name, marks=[pytest.mark.xfail(strict=True, reason=self.xfail[test, name])]
+                               if (test, name) in self.xfail else [])
+                  for name in self.configs]
+        metafunc.parametrize("config", params)
+
+    @pytest.fixture(autouse=True)
+    def _one_thread(self):
+        """Tiny tensors: intra-op threads only add overhead (5× slower on 2 shared cores); restored after."""
+        n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        yield
+        torch.set_num_threads(n)
+
+    # --- building blocks ------------------------------------------------------------------------------------
+
+    def make(self, config: str, seed: int = 0):
+        return self.configs[config](seed)
+
+    def parts(self, config: str, seed: int = 0):
+        model = self.make(config, seed)
+        adapter = adapter_for(model)
+        return model, adapter, adapter.arch(model)
+
+    # --- once per family ------------------------------------------------------------------------------------
+
+    def test_family_has_enough_configs(self):
+        assert self.family, "a conformance subclass must set `family`"
+        assert len(self.configs) >= self.min_configs, f"{self.family}: {len(self.configs)} configs"
+        unknown = {c for _, c in self.xfail} - set(self.configs)
+        assert not unknown, f"xfail names unknown configs {unknown}"
+
+    def test_configs_cover_activations_and_head_shapes(self):
+        archs = [adapter_for(m).arch(m) for m in (self.make(c) for c in self.configs)]
+        assert any(a.relu for a in archs) and any(not a.relu for a in archs), "need ReLU and non-ReLU configs"
+        assert len({(a.n_head, a.d_head) for a in archs}) >= 2, "need at least two head counts / sizes"
+
+    # --- once per config ------------------------------------------------------------------------------------
+
+    def test_factory_builds_a_perturbed_model(self, config):
+        model, adapter, arch = self.parts(config)
+        assert adapter.family == self.family == arch.family
+        assert not model.training, "factories must return models in eval mode"
+        # the same seed gives the same model, another seed another one
+        assert not state_diff(model, self.make(config, 0))
+        assert state_diff(model, self.make(config, 1))
+        view = adapter.to_canonical(model)
+        gains = [k for k in view if k.endswith(NORM_GAINS)]
+        assert gains, "no norm gains in the view"
+        flat = [k for k in gains if torch.all(view[k] == 1)]
+        assert not flat, f"norm gains / LayerScale left at identity (folding untested): {flat}"
+        # the view's shapes are the ones the arch declares
+        assert view["blocks.0.attn.q.w"].shape == (arch.n_head, arch.d_head, arch.d_model)
+        assert view["blocks.0.mlp.in.w"].shape == (arch.d_mlp, arch.d_model)
+        assert f"blocks.{arch.n_layer - 1}.ln1.w" in view and f"blocks.{arch.n_layer}.ln1.w" not in view
+        assert arch.d_model <= 32 and arch.n_layer <= 2, "keep conformance models tiny"
+        out = logits(model, probe_inputs(model))
+        assert torch.isfinite(out).all() and 0.3 < float(out.abs().max()) < 1e3  # realistic, non-trivial logits
+
+    def test_round_trip_is_bit_exact(self, config):
+        model, adapter, _ = self.parts(config)
+        view = adapter.to_canonical(model)
+        rebuilt = adapter.from_canonical(view, model)
+        assert type(rebuilt) is type(model)
+        assert not state_diff(model, rebuilt)
+        assert adapter.is_tied(rebuilt) == adapter.is_tied(model)
+        assert shared_storage(rebuilt) == shared_storage(model)
+        assert not rebuilt.training
+        x = probe_inputs(model)
+        assert max_diff(model, rebuilt, x) == 0.0
+        # the view shares no memory with the model, and rebuilding leaves the view untouched
+        again = adapter.to_canonical(model)
+        assert view.keys() == again.keys() and all(torch.equal(view[k], again[k]) for k in view)
+        ptrs = {t.data_ptr() for t in model.state_dict().values()}
+        assert not any(t.data_ptr() in ptrs for t in view.values())
+
+    def test_every_class_alone_and_composed_keeps_logits(self, config):
+        model, _, arch = self.parts(config, seed=1)
+        checks = verify_model(model, seed=1, tol=TOL)
+        names = [c.name for c in checks]
+        assert len(names) == len(set(names)), names
+        assert set(names) == expected_checks(arch)
+        bad = [c for c in checks if not (c.ok and c.max_dlogits <= TOL and c.dloss <= TOL)]
+        assert not bad, bad
+
+    def test_random_elements_invert_and_compose(self, config):
+        model, adapter, arch = self.parts(config)
+        canon = canonical_model(model)
+        gen = torch.Generator().manual_seed(4)
+        t = random_full_transform(arch, gen)
+        moved = transform_model(canon, t)
+        assert len(state_diff(canon, moved, exact=False, atol=0.1)) > 0, "the transform moved nothing"
+        back = transform_model(moved, t.inverse(arch), canonicalise_first=False)
+        assert not state_diff(canon, back, exact=False), "t.inverse did not restore the canonical weights"
+        # every invertible class alone, too (on the view: transform_model is to_canonical, apply, from_canonical)
+        view = adapter.to_canonical(canon)
+        for cls in exact_classes(arch):
+            if is_invertible_class(cls, arch):
+                e = random_class_element(cls, arch, gen)
+                there = e.apply(view, arch)
+                bad = view_diff(view, e.inverse(arch).apply(there, arch))
+                assert not bad, (cls, bad)
+        # composition: t1.then(t2) is t1, then t2
+        t1, t2 = random_full_transform(arch, gen), random_full_transform(arch, gen)
+        seq = transform_model(transform_model(canon, t1), t2, canonicalise_first=False)
+        once = transform_model(canon, t1.then(t2, arch), canonicalise_first=False)
+        assert not state_diff(seq, once, exact=False)
+        assert max_diff(model, once, probe_inputs(model)) <= TOL
+
+    def test_weight_matching_recovers_a_planted_symmetry(self, config):
+        model, adapter, arch = self.parts(config)
+        view_a = canonicalise(adapter.to_canonical(model), arch)
+        planted = random_full_transform(arch, torch.Generator().manual_seed(3))
+        view_b = planted.apply(view_a, arch)
+        assert view_distance(view_a, view_b) > 0.1
+        found, log = weight_matching(view_a, view_b, arch, progress=False)
+        recovered = found.apply(view_b, arch)
+        assert recovered.keys() == view_a.keys()
+        dist = view_distance(view_a, recovered)
+        assert dist <= MATCH_TOL, (dist, log)
+        x = probe_inputs(model)
+        assert max_diff(model, adapter.from_canonical(view_b, model), x) <= TOL
+        assert max_diff(model, adapter.from_canonical(recovered, model), x) <= TOL
+
+    def test_save_and_reload_keep_logits(self, config, tmp_path):
+        model, adapter, arch = self.parts(config)
+        x = probe_inputs(model)
+        save_model(model, tmp_path / "m")
+        again, _ = load_model(tmp_path / "m")
+        assert type(again) is type(model) and not again.training
+        assert not state_diff(model, again)
+        assert adapter.is_tied(again) == adapter.is_tied(model)
+        assert max_diff(model, again, x) == 0.0
+        # a transformed model is a standard checkpoint of the family too, and so is its transform file
+        t = random_full_transform(arch, torch.Generator().manual_seed(5))
+        moved = transform_model(model, t)
+        save_model(moved, tmp_path / "moved")
+        moved_again, _ = load_model(tmp_path / "moved")
+        assert not state_diff(moved, moved_again)
+        assert max_diff(moved, moved_again, x) == 0.0
+        assert max_diff(model, moved_again, x) <= TOL
+        t.save(tmp_path / "t.safetensors")
+        view = canonicalise(adapter.to_canonical(model), arch)
+        assert not view_diff(t.apply(view, arch), Transform.load(tmp_path / "t.safetensors").apply(view, arch),
+                             atol=0.0)
+
+    def test_verify_cli_passes_on_the_saved_model(self, config, tmp_path):
+        model, adapter, arch = self.parts(config)
+        save_model(model, tmp_path / "m")
+        out = run_cli("verify", tmp_path / "m")  # fails the test unless it exits 0
+        assert f"all {len(expected_checks(arch))} checks within 0.0001" in out, out
+        assert f"{arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads" in out, out
+        for role in arch.unsupported:
+            assert any(line.split()[:2] == [role, "skipped"] for line in out.splitlines()), out
+
+    def test_declarations_are_consistent(self, config):
+        model, adapter, arch = self.parts(config)
+        view = adapter.to_canonical(model)
+        groups = instantiate(arch.groups, arch.n_layer, view.keys())
+        for role, spec in arch.groups.items():
+            names = [group_name(role, i) for i in (range(arch.n_layer) if spec.per_layer else [None])]
+            missing = [g for g in names if g not in groups]
+            assert not missing, f"declared {role!r} acts on no tensor for {missing}"
+            if spec.follows is not None:
+                assert spec.follows in arch.groups, f"{role} follows undeclared {spec.follows!r}"
+        for g in groups.values():
+            assert g.actions
+            for a in g.actions:
+                assert a.key in view, a
+                t = view[a.key]
+                size = t.shape[a.axis]
+                assert size >= g.spec.size and size % g.spec.size == 0, (a, tuple(t.shape), g.spec)
+                if a.batch_axis is not None:
+                    assert g.spec.batch and t.shape[a.batch_axis] % g.spec.batch == 0, (a, tuple(t.shape), g.spec)
+        # every tensor of the view is moved by some group, except those every symmetry leaves alone
+        touched = {a.key for g in groups.values() for a in g.actions}
+        alone = [k for k in view if k not in touched and not k.endswith(UNTOUCHED)]
+        assert not alone, f"tensors no declared group acts on: {alone}"
+        # every declared class yields an element that acts (strictly) on this view
+        gen = torch.Generator().manual_seed(7)
+        for cls in exact_classes(arch):
+            e = random_class_element(cls, arch, gen)
+            assert set(e.elements) <= set(groups), cls
+            out = e.apply(view, arch)
+            assert out.keys() == view.keys(), cls
+        # unsupported roles are not declared, and asking for them is refused with the adapter's reason
+        for role, why in arch.unsupported.items():
+            assert why and role not in arch.groups and role not in exact_classes(arch)
+            with pytest.raises((ValueError, UnsupportedModel)):
+                random_class_element(role, arch, gen)
+            with pytest.raises(UnsupportedModel):
+                verify_model(model, classes=[role])

@@ -1,0 +1,26 @@
+"""Hugging Face ViT (ViTForImageClassification, ViTModel with pooler) through the conformance suite."""
+
+from transformers import ViTModel
+
+from conformance import AdapterConformance
+from test_vit_adapters import hf_vit
+
+
+def config(**kw):
+    return lambda seed: hf_vit(seed=seed, **kw)
+
+
+class TestHFViTConformance(AdapterConformance):
+    family = "hf-vit"
+    configs = {
+        "gelu-d16h2": config(),
+        "relu-c1-d24h3-noqkvbias": config(channels=1, width=24, heads=3, mlp=40, act="relu", qkv_bias=False),
+        "tanh-L1-d32h4-eps1e-12": config(layers=1, width=32, heads=4, mlp=48, act="gelu_pytorch_tanh", eps=1e-12),
+        "ViTModel-pooler-d24h4": config(width=24, heads=4, mlp=24, pooler_model=True),
+        "patch2-d16h8-quickgelu": config(patch=2, width=16, heads=8, mlp=20, act="quick_gelu", channels=2),
+    }
+
+    def test_configs_cover_bias_free_and_pooler(self):
+        models = [self.make(c) for c in self.configs]
+        assert {m.config.qkv_bias for m in models} == {True, False}
+        assert any(isinstance(m, ViTModel) for m in models) and not all(isinstance(m, ViTModel) for m in models)
