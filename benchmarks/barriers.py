@@ -49,7 +49,7 @@ def train_step_seconds(model, ds, batch_size: int = 32, repeats: int = 5) -> flo
 
     import torch
 
-    from glmc.evaluate import loss_and_correct
+    from glmc.models.evaluate import loss_and_correct
 
     m = copy.deepcopy(model).train()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
@@ -86,7 +86,7 @@ def main(argv=None):
 
     import glmc.data
     from glmc.align import align, method_options
-    from glmc.barrier import barrier_metrics, path_curve
+    from glmc.paths.barrier import barrier_metrics, path_curve
     from glmc.models import load_model
 
     rows, results = [], {}
@@ -108,7 +108,7 @@ def main(argv=None):
             seconds = time.perf_counter() - t0
             ends = [al.model_a, al.model_b]
             if mode == "circuit":
-                from glmc.circuit import circuit_model
+                from glmc.view.circuit import circuit_model
 
                 ends = [circuit_model(e) for e in ends]
             curve = path_curve(ends, batches, ds.task, 11, progress=False)

@@ -49,11 +49,11 @@ def main(argv=None):
 
     import glmc.data
     from glmc.align import align, method_options
-    from glmc.barrier import barrier_metrics, path_curve
-    from glmc.merge import merge_models
+    from glmc.paths.barrier import barrier_metrics, path_curve
+    from glmc.align.merge import merge_models
     from glmc.models import load_model
-    from glmc.plots import plot_curves, plot_simplex
-    from glmc.simplex import simplex_metrics, simplex_surface
+    from glmc.experiments.plots import plot_curves, plot_simplex
+    from glmc.paths.simplex import simplex_metrics, simplex_surface
 
     extra = args.train_args.split()
     rows, results = [], {}
@@ -66,7 +66,7 @@ def main(argv=None):
         ds = glmc.data.load_for_model(paths[0])
         batches = list(ds.batches("test", 32, max_batches=args.max_batches, shuffle=False))
         surfaces, vanilla = {}, None
-        # learned twice: the paper's λ ~ Dirichlet(0.1) and glmc's default Dirichlet(1) (glmc/merge.py)
+        # learned twice: the paper's λ ~ Dirichlet(0.1) and glmc's default Dirichlet(1) (glmc/align/merge.py)
         runs = (("none", None), ("weight", None), ("learned", 0.1), ("learned", None))
         for method, concentration in runs if "simplex" in parts else ():
             t0 = time.perf_counter()

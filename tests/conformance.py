@@ -24,8 +24,8 @@ from conftest import run_cli
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.align.common import view_distance
 from glmc.align.weight import weight_matching
-from glmc.canonical import canonicalise
-from glmc.model_ops import canonical_model, logits, transform_model
+from glmc.view.canonical import canonicalise
+from glmc.view.model_ops import canonical_model, logits, transform_model
 from glmc.models import load_model, save_model
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform, resolve

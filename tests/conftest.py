@@ -9,6 +9,27 @@ logging.getLogger("transformers").setLevel(logging.ERROR)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+TINY_SHAKESPEARE = SHARED / "data" / "tinyshakespeare.txt"
+needs_tiny_shakespeare = pytest.mark.skipif(not TINY_SHAKESPEARE.is_file(),
+                                            reason="needs ../shared/data/tinyshakespeare.txt (its exact counts)")
+_CORPUS = {}
+
+
+def text_corpus() -> Path:
+    """A real English text file for text:PATH tests: the standard Tiny Shakespeare from ../shared where it is,
+    else the first 1.1 M characters of the built-in Shakespeare package written to a temporary file."""
+    if TINY_SHAKESPEARE.is_file():
+        return TINY_SHAKESPEARE
+    if "path" not in _CORPUS:
+        import tempfile
+
+        from glmc.data.text import read_shakespeare
+
+        path = Path(tempfile.mkdtemp(prefix="glmc-corpus-")) / "shakespeare.txt"
+        text = read_shakespeare()[:1_100_000]
+        path.write_text(text[: text.rindex("\n") + 1], encoding="utf-8")
+        _CORPUS["path"] = path
+    return _CORPUS["path"]
 
 
 def tiny_gpt2(n_layer=2, n_embd=32, n_head=4, n_inner=None, activation="gelu_new", tied=True, vocab=97, seed=0,
@@ -29,6 +50,16 @@ def tiny_gpt2(n_layer=2, n_embd=32, n_head=4, n_inner=None, activation="gelu_new
                 elif p.ndim == 2:
                     p.mul_(3.0)  # larger weights: logits of a few units, so float32 error is realistic
     return model
+
+
+# fixtures that train models with `glmc train`: every test using one carries the slow marker
+TRAINING_FIXTURES = {"gpt2_pair", "vit_models"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ GLMC = Path(sys.executable).with_name("glmc")
 # ------------------------------------------------------------------------------------------------ models
 
 def _record(ds, family, shape) -> dict:
-    """The parts of `glmc train`'s glmc.json (glmc/train.py record_for) that later commands read."""
+    """The parts of `glmc train`'s glmc.json (glmc/training/train.py record_for) that later commands read."""
     return {"glmc_version": "test", "kind": "trained-endpoint", "family": family, "model": shape, "data": ds.spec,
             "tokenizer": {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}}
 

@@ -9,8 +9,8 @@ import torch
 from conftest import run_cli
 from glmc.adapters import adapter_for
 from glmc.align import align
-from glmc.barrier import barrier_metrics, path_curve
-from glmc.model_ops import logits, transform_model
+from glmc.paths.barrier import barrier_metrics, path_curve
+from glmc.view.model_ops import logits, transform_model
 from glmc.models import load_model, save_model
 from glmc.symmetry.random import random_full_transform
 
@@ -58,7 +58,7 @@ def test_symmetric_copy_has_a_barrier_that_alignment_removes(gpt2_pair, permuted
     back = transform_model(moved, t.inverse(adapter_for(a).arch(a)), canonicalise_first=False)
     x = torch.randint(0, a.config.vocab_size, (4, 33), generator=torch.Generator().manual_seed(0))
     batches = [{"input_ids": x[:, :-1], "targets": x[:, 1:]}]
-    from glmc.model_ops import canonical_model
+    from glmc.view.model_ops import canonical_model
 
     curve = path_curve([canonical_model(a), back], batches, "lm", 5, progress=False)
     assert barrier_metrics(curve)["loss_barrier"] <= 1e-4

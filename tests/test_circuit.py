@@ -7,8 +7,8 @@ import torch
 
 from conftest import run_cli, tiny_gpt2
 from glmc.adapters import adapter_for
-from glmc.circuit import CircuitModel, circuit_model, circuit_params, parameter_count
-from glmc.model_ops import canonical_view, logits
+from glmc.view.circuit import CircuitModel, circuit_model, circuit_params, parameter_count
+from glmc.view.model_ops import canonical_view, logits
 from glmc.symmetry.random import random_class_element
 from glmc.verify import probe_inputs
 

@@ -16,7 +16,9 @@ from glmc.data.mnist_pickle import ArrayOnlyUnpickler
 from glmc.data.text import safe_cut, split_text
 from glmc.data.tokenizer import build_tokenizer, encode
 
-TINY = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
+from conftest import TINY_SHAKESPEARE, needs_tiny_shakespeare, text_corpus
+
+TINY = text_corpus()
 TINY_SPEC = f"text:{TINY}"
 
 
@@ -38,18 +40,20 @@ def test_shakespeare_char():
     assert 3.0 < ds.unigram_entropy("test") < 3.6
 
 
+@needs_tiny_shakespeare
 def test_text_file_split_is_contiguous_and_exact():
-    text = TINY.read_text(encoding="utf-8")
+    text = TINY_SHAKESPEARE.read_text(encoding="utf-8")
     pieces = split_text(text)
     assert "".join(pieces[k] for k in ("train", "val", "test")) == text
     assert all(p.endswith("\n") and not p.endswith("\n\n") for p in (pieces["train"], pieces["val"]))
-    ds = D.load(TINY_SPEC, context=32)
-    assert ds.spec["n_chars"] == 1_115_394 and ds.spec["source"] == f"text:{TINY.resolve()}"
+    ds = D.load(f"text:{TINY_SHAKESPEARE}", context=32)
+    assert ds.spec["n_chars"] == 1_115_394 and ds.spec["source"] == f"text:{TINY_SHAKESPEARE.resolve()}"
     assert torch.equal(covered_tokens(ds, "val"), ds.tokens["val"][1:])
 
 
+@needs_tiny_shakespeare
 def test_gpt2_tokenizer_pieces_tokenize_like_the_whole():
-    ds = D.load(TINY_SPEC, tokenizer="gpt2")
+    ds = D.load(f"text:{TINY_SHAKESPEARE}", tokenizer="gpt2")
     assert ds.vocab_size == 50257
     assert sum(ds.spec["n_tokens"].values()) == 338_025  # the well-known GPT-2 token count of Tiny Shakespeare
 

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from conftest import run_cli
 
 
+@pytest.mark.slow
 def test_demo_runs_and_reuses_its_models(tmp_path):
     out = run_cli("demo", "--out", tmp_path, "--steps", 20, "--methods", "none,weight", "--max-batches", 2,
                   "--no-progress")

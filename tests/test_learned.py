@@ -7,7 +7,7 @@ from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.align.learned import Latents
 from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn
-from glmc.canonical import canonicalise
+from glmc.view.canonical import canonicalise
 from glmc.symmetry.random import random_full_transform
 from glmc.symmetry.transform import apply_elements
 
@@ -75,10 +75,12 @@ def test_learned_matching_returns_an_exact_symmetry(gpt2_pair):
                lr=3e-3)
     r = al.report
     assert r["max_dlogits_b"] <= 1e-4
-    assert r["best_val_barrier"] <= r["init_val_barrier"]
+    # training lowers the validation barrier of the weight-matching start (0.0103 -> 0.0061 when measured)
+    assert r["best_val_barrier"] < 0.8 * r["init_val_barrier"] and r["best_step"] > 0
     assert r["steps"] == 12 and len(r["history"]) == 3 and r["seconds_per_step"] > 0
 
 
+@pytest.mark.slow
 def test_learned_matching_on_timm_vits_with_soft_permutations(tmp_path):
     """timm ViTs trained on digits; the soft (Sinkhorn) variant still returns an exact symmetry and reports how
     far the soft maps moved the endpoint."""
@@ -97,5 +99,5 @@ def test_learned_matching_on_timm_vits_with_soft_permutations(tmp_path):
         al = align(a, b, "learned", data=ds, steps=8, eval_every=4, eval_batches=2, iterations=2, progress=False,
                    soft=soft)
         assert al.report["max_dlogits_b"] <= 1e-4
-        assert al.report["best_val_barrier"] <= al.report["init_val_barrier"]
+        assert al.report["best_val_barrier"] < al.report["init_val_barrier"] and al.report["best_step"] > 0
         assert ("soft_endpoint_loss_change" in al.report) == soft

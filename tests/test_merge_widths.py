@@ -4,9 +4,9 @@ import json
 
 from conftest import run_cli
 from glmc.align import align
-from glmc.merge import canonical_views, merge_models, universe_alignment
+from glmc.align.merge import canonical_views, merge_models, universe_alignment
 from glmc.models import load_model
-from glmc.simplex import simplex_metrics, simplex_points
+from glmc.paths.simplex import simplex_metrics, simplex_points
 
 
 def test_simplex_grid():
@@ -38,7 +38,15 @@ def test_merge_cli_writes_checked_standard_models(vit_models, tmp_path):
     assert merged.config.hidden_size == 64
     for i in (1, 2, 3):
         assert (tmp_path / "merged" / "aligned" / f"model{i}" / "config.json").is_file()
-    assert report["scores"]["merged"]["loss"] > 0
+    # aligned first, the merge is far better than averaging the raw checkpoints
+    import glmc.data
+    from glmc.models import load_model
+    from glmc.models.evaluate import evaluate
+    from glmc.paths.interpolate import Interpolation
+
+    raw = Interpolation([load_model(p)[0] for p in paths]).set([1 / 3] * 3)
+    batches = list(glmc.data.load_for_model(paths[0]).batches("test", 32, max_batches=4, shuffle=False))
+    assert report["scores"]["merged"]["loss"] < evaluate(raw, batches)["loss"] - 0.1
 
 
 def test_simplex_barrier_cli(vit_models, tmp_path):
@@ -71,7 +79,7 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
     # the written files reproduce it: embed, transform, then add the null-space fill
     from safetensors.torch import load_file
 
-    from glmc.model_ops import canonical_view, widen_model
+    from glmc.view.model_ops import canonical_view, widen_model
     from glmc.symmetry.transform import Transform
 
     assert json.loads((tmp_path / "n2w" / "align.json").read_text())["null_space"] == "fixed"
@@ -107,7 +115,7 @@ def test_learned_narrow_to_wide_trains_the_whole_path(vit_models):
 
 
 def test_merge_in_circuit_mode_writes_a_circuit_model(vit_models, tmp_path):
-    from glmc.circuit import CircuitModel
+    from glmc.view.circuit import CircuitModel
 
     paths = [vit_models[k] for k in ("w64s0", "w64s1", "w64s2")]
     run_cli("merge", *paths, "--mode", "circuit", "--out", tmp_path / "mc", "--rounds", 1, "--iterations", 2,
@@ -123,7 +131,7 @@ def test_merge_in_circuit_mode_writes_a_circuit_model(vit_models, tmp_path):
 def test_merge_of_mixed_widths_fills_the_embedded_models_free_weights(vit_models):
     """A narrower model in a merge is embedded, and its free reader weights taken from the full-width models."""
     from glmc.align.common import view_distance
-    from glmc.merge import average, canonical_views
+    from glmc.align.merge import average, canonical_views
 
     models = [load_model(vit_models[k])[0] for k in ("w32s3", "w64s0", "w64s1")]
     dist = {}
@@ -155,9 +163,11 @@ def test_simplex_sampler_concentration():
 def test_learned_merge_refines_on_the_simplex(vit_models, tmp_path):
     paths = [vit_models[k] for k in ("w64s0", "w64s1", "w64s2")]
     run_cli("merge", *paths, "--out", tmp_path / "m", "--method", "learned", "--rounds", 1, "--iterations", 2,
-            "--steps", 4, "--concentration", 0.1, "--max-batches", 2, "--no-progress")
+            "--steps", 8, "--max-batches", 2, "--no-progress")
     report = json.loads((tmp_path / "m" / "merge.json").read_text())
     fit = report["learned"]
-    assert fit["concentration"] == 0.1 and fit["simplex_score"] == "edges" and fit["steps"] == 4
-    assert fit["best_val_barrier"] <= fit["init_val_barrier"]
+    assert fit["concentration"] == 1.0 and fit["simplex_score"] == "edges" and fit["steps"] == 8
+    # the refinement lowers the validation barrier of the universe start (0.132 -> 0.115 when measured); with
+    # the paper's Dirichlet(0.1) the same 8 steps change nothing (draws sit next to a vertex)
+    assert fit["best_val_barrier"] < 0.95 * fit["init_val_barrier"] and fit["best_step"] > 0
     assert max(report["max_dlogits"]) <= 1e-4

@@ -7,15 +7,15 @@ import torch
 
 from conftest import tiny_gpt2
 from glmc.adapters import UnsupportedModel, adapter_for
-from glmc.canonical import canonicalise, is_canonical
-from glmc.model_ops import canonical_model, logits, transform_model, widen_model
+from glmc.view.canonical import canonicalise, is_canonical
+from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
 from glmc.symmetry import spec
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
 from glmc.verify import probe_inputs, verify_model
-from glmc.widen import residual_embedding
+from glmc.view.widen import residual_embedding
 
 CONFIGS = [  # (n_layer, n_embd, n_head, n_inner, activation, tied)
     (1, 16, 2, None, "gelu_new", True),

@@ -9,7 +9,7 @@ import torch
 
 from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
-from glmc.canonical import canonicalise
+from glmc.view.canonical import canonicalise
 from glmc.symmetry.elements import DenseMap, IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import KINDS, ScaleRotation, kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform

@@ -9,11 +9,13 @@ from click.testing import CliRunner
 
 import glmc.data as D
 from glmc.cli import main
-from glmc.evaluate import evaluate
+from glmc.models.evaluate import evaluate
 from glmc.models import build_model, load_model
-from glmc.train import TrainConfig, data_shape, lr_factor, run, seed_everything, train_loop
+from glmc.training.train import TrainConfig, data_shape, lr_factor, run, seed_everything, train_loop
 
-TINY = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
+from conftest import text_corpus
+
+TINY = text_corpus()
 GPT2_SHAPE = dict(layers=1, width=32, heads=2, mlp=64)
 VIT_SHAPE = dict(layers=1, width=32, heads=2, mlp=64, patch=4)
 CFG = dict(steps=4, batch_size=8, eval_every=2, eval_batches=2, eval_batch_size=256, train_eval_batches=2)

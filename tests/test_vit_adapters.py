@@ -10,12 +10,12 @@ from click.testing import CliRunner
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.timm_vit import TimmViTAdapter
-from glmc.model_ops import canonical_model, logits, transform_model, widen_model
+from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
 from glmc.models import _timm_from_kwargs, load_model, save_model
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
 from glmc.verify import probe_inputs, verify_model
-from glmc.widen import residual_embedding
+from glmc.view.widen import residual_embedding
 
 TOL = 1e-4
 # HF hidden_act -> timm act_layer with the same function
@@ -186,7 +186,7 @@ def test_widened_model_saves_and_reloads(family, name, tmp_path):
 @pytest.mark.parametrize("family,name", [("hf", "gelu-d16h2"), ("timm", "avg-fcnorm-reg2-ls-relu"),
                                          ("timm", "qknorm")])
 def test_transformed_model_saves_reloads_and_verifies(family, name, tmp_path):
-    from glmc.commands.verify import command
+    from glmc.cli.verify import command
 
     model = make(family, name)
     arch = adapter_for(model).arch(model)

@@ -7,8 +7,8 @@ import torch
 from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.align import align
-from glmc.barrier import barrier_metrics, path_curve
-from glmc.model_ops import transform_model
+from glmc.paths.barrier import barrier_metrics, path_curve
+from glmc.view.model_ops import transform_model
 from glmc.symmetry.random import random_full_transform
 
 

@@ -1,4 +1,4 @@
-"""The errors a user's input causes. The CLI (glmc/cli.py) prints ``Error: <message>`` for each, without a
+"""The errors a user's input causes. The CLI (glmc/cli/__init__.py) prints ``Error: <message>`` for each, without a
 traceback, so every message is one line that names the problem and, where there is one, the fix.
 
 Each class also derives from the built-in exception that code raised before these existed (ValueError,

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from glmc.adapters import adapter_for
-from glmc.model_ops import canonical_model, logits, refuse_unsupported, transform_model, widen_model
-from glmc.widen import residual_embedding
+from glmc.view.model_ops import canonical_model, logits, refuse_unsupported, transform_model, widen_model
+from glmc.view.widen import residual_embedding
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 
 

@@ -45,7 +45,7 @@ class Arch:
     # the role's group is left out of `groups`, and asking for it raises UnsupportedModel with this reason
     unsupported: dict[str, str] = field(default_factory=dict)
     # "layernorm": writers are mean-centred and residual maps must fix the all-ones direction;
-    # "rmsnorm": no centring (glmc/canonical.py)
+    # "rmsnorm": no centring (glmc/view/canonical.py)
     norm: str = "layernorm"
     # role -> GroupSpec (glmc/symmetry/spec.py): what each symmetry group is for this model, in application
     # order. Empty: the standard pre-norm Transformer groups, less the unsupported roles. An adapter restricts a
@@ -77,6 +77,7 @@ class Adapter:
     task: str = ""  # "lm" | "cls"
     input_key: str = ""  # the glmc.data batch key the model reads ("input_ids" | "pixel_values")
     names: NameMap | None = None  # native ⇄ canonical, read both ways by to_canonical and native_state
+    label: str = ""  # the family's name for people ("GPT-2"), for error messages
     dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
     presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
     model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
@@ -89,6 +90,12 @@ class Adapter:
     def claims_dir(cls, path: Path) -> bool:
         """Whether the checkpoint directory `path` holds a model of this family."""
         return False
+
+    def expected_weights(self, path) -> dict | None:
+        """{weight name on disk: shape} that the directory's config implies, checked against the safetensors
+        headers before loading (a loader that silently initialises missing weights at random would hide them);
+        None when the family's loader checks strictly itself."""
+        return None
 
     def check_supported(self, model) -> None:
         """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""
@@ -168,7 +175,7 @@ class Adapter:
         raise NotImplementedError(f"{self.family} adapter exposes no activation hooks")
 
     def io_spec(self, model) -> dict:
-        """What glmc's circuit-form model (glmc/circuit.py) needs to know about inputs and outputs: "input"
+        """What glmc's circuit-form model (glmc/view/circuit.py) needs to know about inputs and outputs: "input"
         ("tokens" | "patches", with "channels" and "patch"), "causal", "pool" ("none" | "cls" | "avg") and an
         "activation" name from transformers' ACT2FN. Raise UnsupportedModel for variants it cannot express."""
         raise UnsupportedModel(f"the {self.family} adapter has no circuit form")

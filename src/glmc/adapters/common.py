@@ -91,3 +91,30 @@ def save_pretrained(model, directory) -> None:
     """Exactly what `save_pretrained` writes (config.json + model.safetensors), so transformers loads it alone."""
     with quiet_hf():
         model.save_pretrained(str(directory))
+
+
+def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
+    """{name on disk: shape} of every parameter of the transformers model config.json describes (tied ones once),
+    built on the meta device (no memory, no weights) and named as save_pretrained names them, with the class's
+    base_model_prefix under key None. None if this transformers version does not expose its on-disk naming."""
+    import torch
+    import transformers
+
+    from glmc.errors import BadCheckpoint
+
+    try:  # transformers 5 renames some weights between modules and files; save_pretrained applies this
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:
+        return None
+    cls = getattr(transformers, class_name)
+    try:
+        config = cls.config_class.from_pretrained(str(path), local_files_only=True)
+        with torch.device("meta"):
+            model = cls(config)
+    except (ValueError, TypeError, KeyError, AttributeError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadCheckpoint(f"{Path(path) / 'config.json'} does not describe a valid {label} model: {first}") from e
+    on_disk = revert_weight_conversion(model, dict(model.named_parameters()))
+    out = {n: tuple(t.shape) for n, t in on_disk.items()}
+    out[None] = cls.base_model_prefix
+    return out

@@ -14,7 +14,8 @@ import copy
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import ELEMENTWISE, check_heads, hf_config, load_pretrained, save_pretrained
+from glmc.adapters.common import (ELEMENTWISE, check_heads, hf_config, hf_expected_weights, load_pretrained,
+                                 save_pretrained)
 from glmc.adapters.namemap import HEAD_ROWS, QKV_BIAS, QKV_COLUMNS, TRANSPOSE, Entry, Layout, NameMap, layer_norm
 
 _H = "transformer.h.{i}."
@@ -53,6 +54,7 @@ class GPT2Adapter(Adapter):
     task = "lm"
     input_key = "input_ids"
     names = NAMES
+    label = "GPT-2"
     dir_format = "config.json with model_type 'gpt2' + *.safetensors (save_pretrained)"
     presets = PRESETS
     model_options = ("layers", "width", "heads", "mlp", "dropout", "tied", "activation")
@@ -65,6 +67,9 @@ class GPT2Adapter(Adapter):
     def claims_dir(cls, path) -> bool:
         config = hf_config(path)
         return config is not None and config.get("model_type") == "gpt2"
+
+    def expected_weights(self, path):
+        return hf_expected_weights(path, "GPT2LMHeadModel", self.label)
 
     def check_supported(self, model) -> None:
         c = model.config

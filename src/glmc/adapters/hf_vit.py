@@ -21,7 +21,7 @@ import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import (ELEMENTWISE, VIT_OPTIONS, VIT_PRESETS, check_heads, check_patch, hf_config,
-                                  image_data_shape, load_pretrained, save_pretrained)
+                                  hf_expected_weights, image_data_shape, load_pretrained, save_pretrained)
 from glmc.adapters.namemap import (CONV_PATCH, HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, UNBATCH, Entry,
                                    Layout, NameMap, layer_norm)
 
@@ -59,6 +59,7 @@ class HFViTAdapter(Adapter):
     task = "cls"
     input_key = "pixel_values"
     names = NAMES
+    label = "ViT"
     dir_format = "config.json with model_type 'vit' + *.safetensors (save_pretrained)"
     presets = VIT_PRESETS
     model_options = VIT_OPTIONS
@@ -71,6 +72,10 @@ class HFViTAdapter(Adapter):
     def claims_dir(cls, path) -> bool:
         config = hf_config(path)
         return config is not None and config.get("model_type") == "vit"
+
+    def expected_weights(self, path):
+        names = hf_config(path).get("architectures") or ["ViTForImageClassification"]
+        return hf_expected_weights(path, names[0], self.label) if names[0] in CLASSES else None
 
     def check_supported(self, model) -> None:
         c = model.config

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from glmc.adapters.common import hf_config
 from glmc.adapters.base import Adapter, UnsupportedModel
 from glmc.adapters.gpt2 import GPT2Adapter
 from glmc.adapters.hf_vit import HFViTAdapter
@@ -47,10 +48,14 @@ def adapter_for_dir(path) -> Adapter:
     if claims:
         raise UnsupportedModel(f"{path} holds files of several families ({', '.join(c.family for c in claims)}); "
                                "keep one model per directory")
-    formats = "; ".join(f"{cls.family}: {cls.dir_format}" for cls in ADAPTERS)
+    formats = ", ".join(f"{cls.label} ({cls.dir_format})" for cls in ADAPTERS)
     files = sorted(f.name for f in p.iterdir())
     if not files:
         raise FileNotFoundError(f"{path} holds no model (it is empty); glmc reads {formats}")
+    config = hf_config(p) if (p / "config.json").is_file() else None
+    if isinstance(config, dict):
+        got = f"model_type {config['model_type']!r}" if config.get("model_type") else "no model_type"
+        raise UnsupportedModel(f"{p / 'config.json'} has {got}; glmc supports {formats}")
     raise UnsupportedModel(f"{path} holds no model glmc can load (files: {', '.join(files)}); glmc reads {formats}")
 
 

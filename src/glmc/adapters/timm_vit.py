@@ -81,6 +81,7 @@ class TimmViTAdapter(Adapter):
     task = "cls"
     input_key = "pixel_values"
     names = NAMES
+    label = "timm ViT"
     dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
     presets = VIT_PRESETS
     model_options = VIT_OPTIONS

@@ -82,10 +82,10 @@ def _shape(model):
 
 
 def _align_widths(model_a, model_b, method, **options) -> Alignment:
-    """Different widths: embed the narrower model exactly into the wider architecture (glmc/widen.py), then
+    """Different widths: embed the narrower model exactly into the wider architecture (glmc/view/widen.py), then
     align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
     from glmc.align.common import max_logit_change
-    from glmc.model_ops import widen_model
+    from glmc.view.model_ops import widen_model
 
     (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = _shape(model_a), _shape(model_b)
     if la != lb:
@@ -128,7 +128,7 @@ def _eps_effect(embedded, wide) -> float:
     import copy
 
     from glmc.align.common import max_logit_change
-    from glmc.interpolate import Interpolation
+    from glmc.paths.interpolate import Interpolation
 
     probe = Interpolation([wide, embedded]).set(1.0)  # embedded weights in a model with the wide model's eps
     return max_logit_change(embedded, copy.deepcopy(probe))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from glmc.adapters import adapter_for
-from glmc.canonical import canonicalise
+from glmc.view.canonical import canonicalise
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
 from glmc.errors import IncompatibleModels
@@ -75,7 +75,7 @@ def view_distance(view_a: dict, view_b: dict) -> float:
 
 @torch.no_grad()
 def max_logit_change(model, other, n: int = 2) -> float:
-    from glmc.model_ops import logits
+    from glmc.view.model_ops import logits
     from glmc.verify import probe_inputs
 
     x = probe_inputs(model, n=n).to(next(model.parameters()).device)

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from glmc.align import nullspace
 from glmc.align.common import canonical_pair, finish
 from glmc.align.weight import weight_matching
-from glmc.evaluate import loss_and_correct
+from glmc.models.evaluate import loss_and_correct
 from glmc.symmetry.elements import DenseMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
@@ -50,7 +50,7 @@ LAMBDA_SAMPLERS = {
 # where validation scores the barrier of a pair: the centre, or for samplers that train the whole path, the
 # worst of three interior points (the barrier of a path between unequal models is rarely at λ = 0.5)
 SCORE_POINTS = {"uniform": (0.25, 0.5, 0.75)}
-# joint refinement of k > 2 models (glmc/merge.py says why these differ from the paper's Dirichlet(0.1), lr 3e-4)
+# joint refinement of k > 2 models (glmc/align/merge.py says why these differ from the paper's Dirichlet(0.1), lr 3e-4)
 SIMPLEX_DEFAULTS = {"lr": 1e-2, "concentration": 1.0, "simplex_score": "edges"}
 
 
@@ -124,8 +124,8 @@ class LearnedMatcher:
                  soft=False, device=None, mode: str = "native", probes: list | None = None, learn_free=False):
         self.adapter, self.arch, self.data, self.task, self.mode = adapter, arch, data, data.task, mode
         self.device = device or torch.device("cpu")
-        if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/circuit.py)
-            from glmc.circuit import circuit_model
+        if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/view/circuit.py)
+            from glmc.view.circuit import circuit_model
 
             template = circuit_model(template)
         else:
@@ -168,7 +168,7 @@ class LearnedMatcher:
             weights = [1.0 - weights, float(weights)]
         moved = self.moved(hard)
         if self.mode == "circuit":
-            from glmc.circuit import circuit_params
+            from glmc.view.circuit import circuit_params
 
             reps = [circuit_params(m, self.arch.n_layer) for m in moved]
             return self.template.state({k: sum(w * r[k] for w, r in zip(weights, reps)) for k in reps[0]})

@@ -1,6 +1,6 @@
 """The null-space freedom of an embedded (narrower) model, used to bring it closer to the wide one.
 
-A narrow model embedded into a wider architecture (glmc/widen.py) never puts anything into most of the wide
+A narrow model embedded into a wider architecture (glmc/view/widen.py) never puts anything into most of the wide
 space: its residual stream stays in an N-dimensional subspace S, the padded dimensions of each head carry
 nothing, padded MLP units have zero output weights. Whatever its *readers* hold in those places is multiplied
 by zero, so they are free: any value there leaves the embedded model's function exactly unchanged.

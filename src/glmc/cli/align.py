@@ -2,7 +2,7 @@
 
 import click
 
-from glmc.commands.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
+from glmc.cli.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
                                   pick_device, save_like, write_json)
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -71,7 +71,7 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     moved, source = (al.model_b, model_b) if al.moved == "B" else (al.model_a, model_a)
     with atomic_dir(out_dir) as tmp:
         if mode == "circuit":  # the paper's form: circuit.safetensors + circuit_config.json
-            from glmc.circuit import circuit_model
+            from glmc.view.circuit import circuit_model
 
             circuit_model(moved).write_files(tmp)
         else:

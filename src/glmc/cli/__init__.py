@@ -1,4 +1,4 @@
-"""The `glmc` command line. Each sub-command lives in glmc/commands/<name>.py and is registered here.
+"""The `glmc` command line. Each sub-command lives in glmc/cli/<name>.py and is registered here.
 
 Errors: every error a user's input causes (glmc.errors.GlmcError, and the OS errors of missing, unreadable or
 unwritable paths and full disks) is printed as one line, ``Error: …``, with exit code 1; click's usage errors
@@ -62,7 +62,7 @@ def translate(e: Exception) -> click.ClickException:
         return click.ClickException(os_error_message(e))
     return InternalError(e)
 
-# name -> module under glmc.commands that defines a click command called `command`
+# name -> module under glmc.cli that defines a click command called `command`
 COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo"]
 
 
@@ -70,15 +70,15 @@ class LazyGroup(click.Group):
     """Imports a sub-command's module only when it runs, so `glmc --help` stays fast."""
 
     def list_commands(self, ctx):
-        return [c for c in COMMANDS if importlib.util.find_spec(f"glmc.commands.{c}") is not None]
+        return [c for c in COMMANDS if importlib.util.find_spec(f"glmc.cli.{c}") is not None]
 
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
         try:
-            module = importlib.import_module(f"glmc.commands.{name}")
+            module = importlib.import_module(f"glmc.cli.{name}")
         except ModuleNotFoundError as e:
-            if e.name == f"glmc.commands.{name}":
+            if e.name == f"glmc.cli.{name}":
                 return None
             raise
         return module.command

@@ -14,8 +14,8 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from glmc.evaluate import loss_and_correct
-from glmc.interpolate import Interpolation
+from glmc.models.evaluate import loss_and_correct
+from glmc.paths.interpolate import Interpolation
 from glmc.errors import BadOption
 
 

@@ -5,7 +5,7 @@ On-disk format of a model directory:
   ``save_pretrained`` writes (``config.json`` + ``model.safetensors``), so ``from_pretrained(dir)`` works without
   glmc; for timm ``model.safetensors`` + ``timm_config.json`` (see glmc/adapters/timm_config.py);
 - optional, every family: ``glmc.json``, the training record written by ``glmc train`` (data spec,
-  tokenizer, model and training configuration, metrics; see glmc/train.py), and tokenizer files for LMs.
+  tokenizer, model and training configuration, metrics; see glmc/training/train.py), and tokenizer files for LMs.
 
 Loading never unpickles: weights are read from safetensors only. Saving is atomic: everything is written into
 a temporary directory beside the target and renamed into place.

@@ -107,7 +107,7 @@ def _run(adapter, spec, p, opts, fit_patch=False):
 
 def _train(adapter, spec, p, opts, fit_patch):
     import glmc.data
-    from glmc.train import TrainConfig, run
+    from glmc.training.train import TrainConfig, run
 
     family = adapter.family
     shape = {k: p[k] for k in adapter.model_options if k in p}
@@ -119,7 +119,7 @@ def _train(adapter, spec, p, opts, fit_patch):
     out = Path(opts["out"] or f"runs/{family}-{_short(spec['source'])}-seed{cfg.seed}")
     if out.exists() and not opts["overwrite"]:
         raise click.ClickException(f"{out} exists; pass --overwrite to replace it or choose another --out")
-    from glmc.commands.common import check_out_path
+    from glmc.cli.common import check_out_path
 
     check_out_path(out, "--out", directory=True)  # not below a file, not a file: refused before training
     log = (lambda *a: None) if opts["quiet"] else click.echo

@@ -72,9 +72,9 @@ def check_out_path(path, option: str, overwrite: bool = True, directory: bool = 
 
 
 def load_models(paths, device):
-    """The models in `paths`, checked (glmc/checkpoint.py: files, weights, and that they can be combined), on
+    """The models in `paths`, checked (glmc/models/checkpoint.py: files, weights, and that they can be combined), on
     `device`. A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI prints as one line."""
-    from glmc.checkpoint import check_group, load_checked
+    from glmc.models.checkpoint import check_group, load_checked
 
     out = [load_checked(p)[0] for p in paths]
     if len(out) > 1:
@@ -89,7 +89,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
     import glmc.data
 
     if model is not None and data is not None:  # before reading the data (or a tokenizer the model lacks)
-        from glmc.checkpoint import check_data_task
+        from glmc.models.checkpoint import check_data_task
 
         try:
             task = glmc.data.parse_spec(data)["task"]  # an unknown source is refused here, by name
@@ -105,7 +105,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e))
     if model is not None:
-        from glmc.checkpoint import check_data_fits
+        from glmc.models.checkpoint import check_data_fits
 
         check_data_fits(ds, model, model_dir)
     if max_tokens is not None and ds.task == "lm":

@@ -14,13 +14,13 @@ import csv
 import time
 
 from glmc.align import align, method_options
-from glmc.barrier import barrier_metrics, path_curve
+from glmc.paths.barrier import barrier_metrics, path_curve
 from glmc.io import atomic_path
 
 
 def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,
                  mode: str = "native") -> dict:
-    """mode "circuit": align as usual, then interpolate the paper's circuit form (glmc/circuit.py)."""
+    """mode "circuit": align as usual, then interpolate the paper's circuit form (glmc/view/circuit.py)."""
     results = {}
     for method in methods:
         t0 = time.perf_counter()
@@ -29,7 +29,7 @@ def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=Tru
         align_seconds = time.perf_counter() - t0
         ends = [al.model_a, al.model_b]
         if mode == "circuit":
-            from glmc.circuit import circuit_model
+            from glmc.view.circuit import circuit_model
 
             ends = [circuit_model(m) for m in ends]
         curve = path_curve(ends, batches, ds.task, points, progress, label=method)

@@ -8,8 +8,8 @@ import time
 
 from tqdm.auto import tqdm
 
-from glmc.barrier import evaluate_batches
-from glmc.interpolate import Interpolation
+from glmc.paths.barrier import evaluate_batches
+from glmc.paths.interpolate import Interpolation
 
 
 def simplex_points(k: int, resolution: int = 10, samples: int = 64, seed: int = 0) -> list[tuple]:

@@ -115,9 +115,9 @@ def _fill_widened(aligned_views, views, transforms, widened, weights, arch):
 
 
 def _common_width(models):
-    """Models embedded exactly into the widest one's architecture (glmc/widen.py); (models, widest, which)."""
+    """Models embedded exactly into the widest one's architecture (glmc/view/widen.py); (models, widest, which)."""
     from glmc.align import _shape
-    from glmc.model_ops import widen_model
+    from glmc.view.model_ops import widen_model
 
     shapes = [_shape(m) for m in models]
     widest = max(range(len(models)), key=lambda i: shapes[i][1:])

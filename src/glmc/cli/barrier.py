@@ -2,7 +2,7 @@
 
 import click
 
-from glmc.commands.common import (check_out_path, check_plot_path, data_options, load_eval_data, load_models,
+from glmc.cli.common import (check_out_path, check_plot_path, data_options, load_eval_data, load_models,
                                   mode_option, parse_methods, pick_device, write_json)
 
 
@@ -35,7 +35,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     With three or more models: the loss over the simplex Σλ_m·θ_m (a triangular grid for 3, sampled points
     beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (methods: none, weight,
     learned, each aligning all models to a shared universe)."""
-    from glmc.experiment import run_barriers, format_table, write_csv
+    from glmc.experiments.barriers import run_barriers, format_table, write_csv
 
     if len(models) < 2:
         raise click.UsageError("give at least two models")
@@ -65,7 +65,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
         write_csv(result, csv_path)
         click.echo(f"wrote {csv_path}")
     if plot_path:
-        from glmc.plots import plot_curves
+        from glmc.experiments.plots import plot_curves
 
         curves = {m: r for m, r in result["results"].items()}
         plot_curves(curves, plot_path, title=f"{models[0]} ↔ {models[1]} ({data_info['split']})",
@@ -77,8 +77,8 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
              plot_path, mode, concentration=None):
     import time
 
-    from glmc.merge import merge_models
-    from glmc.simplex import simplex_metrics, simplex_surface
+    from glmc.align.merge import merge_models
+    from glmc.paths.simplex import simplex_metrics, simplex_surface
 
     results = {}
     for method in methods:
@@ -90,7 +90,7 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
             _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300,
                                             mode=mode, concentration=concentration)
         if mode == "circuit":
-            from glmc.circuit import circuit_model
+            from glmc.view.circuit import circuit_model
 
             aligned = [circuit_model(m) for m in aligned]
         align_seconds = time.perf_counter() - t0
@@ -110,7 +110,7 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
     if plot_path:
         if len(models) != 3:
             raise click.UsageError("--plot draws a ternary heat map: give exactly 3 models")
-        from glmc.plots import plot_simplex
+        from glmc.experiments.plots import plot_simplex
 
         plot_simplex(results, plot_path, title=f"loss excess over the simplex ({data_info['split']})")
         click.echo(f"wrote {plot_path}")

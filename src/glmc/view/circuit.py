@@ -93,22 +93,24 @@ class CircuitModel(torch.nn.Module):
         z = torch.einsum("bhij,bjd->bhid", scores.softmax(-1), xh)
         return self._bias(torch.einsum("bhid,hde->bie", z, self._get(f"blocks.{i}.attn.ov")), f"blocks.{i}.attn.o.b")
 
-    def _embed(self, input_ids=None, pixel_values=None):
+    def _embed(self, inputs):
         c = self.config
         if c["input"] == "tokens":
-            t = input_ids.shape[1]
-            return self._get("embed")[input_ids] + self._get("pos_embed")[:t]
+            t = inputs.shape[1]
+            return self._get("embed")[inputs] + self._get("pos_embed")[:t]
         w = self._get("patch.w")
         d = w.shape[1]
         conv = w.T.reshape(d, c["channels"], *c["patch"])
-        x = F.conv2d(pixel_values, conv, self._get("patch.b"), stride=c["patch"]).flatten(2).transpose(1, 2)
+        x = F.conv2d(inputs, conv, self._get("patch.b"), stride=c["patch"]).flatten(2).transpose(1, 2)
         cls = self._get("cls")
         x = torch.cat([cls.expand(x.shape[0], -1, -1), x], 1)
         return x + self._get("pos_embed")
 
-    def forward(self, input_ids=None, pixel_values=None, **_):
+    def forward(self, **batch):
+        """Logits for a glmc.data batch (its input under the adapter's `input_key`; targets are ignored)."""
         c = self.config
-        x = self._embed(input_ids, pixel_values)
+        key = c.get("input_key") or next(k for k in batch if k not in ("targets", "labels"))
+        x = self._embed(batch[key])
         for i in range(c["n_layer"]):
             x = x + self._attention(self._norm(x, f"blocks.{i}.ln1"), i)
             h = self._bias(self._norm(x, f"blocks.{i}.ln2") @ self._get(f"blocks.{i}.mlp.in.w").T, f"blocks.{i}.mlp.in.b")
@@ -147,10 +149,10 @@ class CircuitModel(torch.nn.Module):
 
 def circuit_model(model) -> CircuitModel:
     """A native model in circuit form (same function; see the module docstring)."""
-    from glmc.model_ops import canonical_view
+    from glmc.view.model_ops import canonical_view
 
     view, adapter = canonical_view(model)
     arch = adapter.arch(model)
-    config = {**adapter.io_spec(model), "n_layer": arch.n_layer, "n_head": arch.n_head, "d_head": arch.d_head,
+    config = {**adapter.io_spec(model), "input_key": adapter.input_key, "n_layer": arch.n_layer, "n_head": arch.n_head, "d_head": arch.d_head,
               "ln_eps": arch.ln_eps}
     return CircuitModel(config, circuit_params(view, arch.n_layer)).eval()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from glmc.adapters import UnsupportedModel, adapter_for, forward
-from glmc.canonical import canonicalise, is_canonical
-from glmc.evaluate import model_device
+from glmc.view.canonical import canonicalise, is_canonical
+from glmc.models.evaluate import model_device
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform
 
@@ -62,8 +62,8 @@ def logits(model, inputs) -> torch.Tensor:
 
 def widen_model(model, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
                 o: torch.Tensor | None = None):
-    """`model` embedded exactly into a wider architecture of the same family (see glmc/widen.py)."""
-    from glmc.widen import widen
+    """`model` embedded exactly into a wider architecture of the same family (see glmc/view/widen.py)."""
+    from glmc.view.widen import widen
 
     view, adapter = canonical_view(model)
     refuse_unsupported(adapter.arch(model), ["rectangular"])

@@ -15,7 +15,7 @@ DEMO_DATA = {"source": "shakespeare", "tokenizer": "char", "context": 128}
 def _train_or_reuse(out_dir, seed, steps, progress):
     import json
 
-    from glmc.train import TrainConfig, run
+    from glmc.training.train import TrainConfig, run
 
     record = out_dir / "glmc.json"
     wanted = {"seed": seed, "steps": steps, "shape": DEMO_SHAPE}
@@ -27,7 +27,7 @@ def _train_or_reuse(out_dir, seed, steps, progress):
     _, rec = run("gpt2", DEMO_DATA, DEMO_SHAPE, cfg, out=out_dir, progress=progress, overwrite=True,
                  log=lambda msg: None)
     rec["demo"] = wanted
-    from glmc.commands.common import write_json
+    from glmc.cli.common import write_json
 
     write_json(record, rec)
     m = rec.get("metrics", {}).get("test", {})
@@ -50,10 +50,10 @@ def command(out_dir, steps, methods, max_batches, progress):
     import torch
 
     from glmc.align import available_methods
-    from glmc.commands.common import (check_out_path, load_eval_data, load_models, parse_methods, pick_device,
+    from glmc.cli.common import (check_out_path, load_eval_data, load_models, parse_methods, pick_device,
                                       write_json)
-    from glmc.experiment import format_table, run_barriers, write_csv
-    from glmc.plots import plot_curves
+    from glmc.experiments.barriers import format_table, run_barriers, write_csv
+    from glmc.experiments.plots import plot_curves
 
     out = Path(out_dir)
     chosen = parse_methods(methods, "--methods") if methods else None  # before minutes of training

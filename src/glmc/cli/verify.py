@@ -17,7 +17,7 @@ def command(model_dir, tol, seed, classes):
     import torch
 
     from glmc.adapters import UnsupportedModel, adapter_for
-    from glmc.checkpoint import load_checked
+    from glmc.models.checkpoint import load_checked
     from glmc.verify import verify_model
 
     model, _ = load_checked(model_dir)  # a bad or unsupported checkpoint: a GlmcError, one line from the CLI

@@ -8,7 +8,7 @@ UnsupportedModel) before any work is done, and never half-used.
 Checked before anything is loaded (from the files alone; nothing is unpickled, no weight data is read):
 - the directory holds a model: not empty, a config (config.json or timm_config.json), *.safetensors weights
   (a directory of pickle files only is refused: glmc never loads them);
-- config.json / timm_config.json / glmc.json are valid JSON, and config.json names a model_type glmc supports;
+- config.json / timm_config.json / glmc.json are valid JSON, and exactly one of glmc's families claims the directory;
 - every *.safetensors header is readable (a truncated or corrupt file is refused);
 - for Hugging Face models: every parameter the config implies is in the files, with that shape and a
   floating-point dtype (a missing weight would otherwise be randomly initialised by transformers).
@@ -27,11 +27,6 @@ TIMM_CONFIG = "timm_config.json"
 RECORD = "glmc.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
-# config.json model_type -> (what glmc calls it, the transformers classes glmc loads, the default one)
-HF_TYPES = {"gpt2": ("GPT-2", ("GPT2LMHeadModel",), "GPT2LMHeadModel"),
-            "vit": ("ViT", ("ViTForImageClassification", "ViTModel"), "ViTForImageClassification")}
-SUPPORTED = ("GPT-2 (config.json with model_type \"gpt2\"), ViT (model_type \"vit\") and timm ViTs "
-             f"({TIMM_CONFIG} as glmc writes it)")
 RESAVE = "re-save it (save_pretrained(..., safe_serialization=True)) or copy it again"
 
 
@@ -84,8 +79,7 @@ def check_files(path) -> None:
     if not weights:
         raise BadCheckpoint(f"no *.safetensors weights in {path} (files: {', '.join(files)}); {RESAVE}")
     header = read_headers(weights)
-    if has_hf and not has_timm:
-        _check_hf(p, _read_json(p / HF_CONFIG), header)
+    _check_weights(p, header)
 
 
 def read_headers(files) -> dict:
@@ -107,18 +101,14 @@ def read_headers(files) -> dict:
     return out
 
 
-def _check_hf(p: Path, config: dict, header: dict) -> None:
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type not in HF_TYPES:
-        got = f"model_type {model_type!r}" if model_type else "no model_type"
-        raise UnsupportedModel(f"{p / HF_CONFIG} has {got}; glmc supports {SUPPORTED}")
-    label, classes, default = HF_TYPES[model_type]
-    names = config.get("architectures") or [default]
-    if names[0] not in classes:
-        return  # the loader names the classes it accepts
-    expected = _expected_parameters(p, names[0], label)
+def _check_weights(p: Path, header: dict) -> None:
+    """The directory is claimed by exactly one family, and its weights are the ones that family's config implies."""
+    from glmc.adapters import adapter_for_dir
+
+    adapter = adapter_for_dir(p)  # UnsupportedModel naming what the directory holds and what glmc reads
+    expected = adapter.expected_weights(p)
     if expected is None:
-        return  # this transformers cannot say how it names weights on disk: the loader checks them
+        return  # the family's loader checks its weights strictly
     prefix = expected.pop(None)
     for name, shape in expected.items():
         key = name if name in header else name.removeprefix(prefix + ".")
@@ -132,30 +122,6 @@ def _check_hf(p: Path, config: dict, header: dict) -> None:
         if have != shape:
             raise BadCheckpoint(f"{p / file}: weight {key!r} has shape {list(have)} but {HF_CONFIG} implies "
                                 f"{list(shape)}: the weights and the config do not belong together")
-
-
-def _expected_parameters(p: Path, class_name: str, label: str) -> dict | None:
-    """{name on disk: shape} of every parameter of the model `config.json` describes (tied ones once), built on
-    the meta device (no memory, no weights) and named as save_pretrained names them; key None: the class's
-    base_model_prefix. None if this transformers version does not expose its on-disk naming."""
-    import torch
-    import transformers
-
-    try:  # transformers 5 renames some weights between modules and files; save_pretrained applies this
-        from transformers.core_model_loading import revert_weight_conversion
-    except ImportError:
-        return None
-    cls = getattr(transformers, class_name)
-    try:
-        config = cls.config_class.from_pretrained(str(p), local_files_only=True)
-        with torch.device("meta"):
-            model = cls(config)
-    except (ValueError, TypeError, KeyError, AttributeError, OSError) as e:
-        raise BadCheckpoint(f"{p / HF_CONFIG} does not describe a valid {label} model: {_first_line(e)}") from e
-    on_disk = revert_weight_conversion(model, dict(model.named_parameters()))
-    out = {n: tuple(t.shape) for n, t in on_disk.items()}
-    out[None] = cls.base_model_prefix
-    return out
 
 
 def check_finite(model, path) -> None:

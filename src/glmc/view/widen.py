@@ -5,7 +5,7 @@ but LayerNorm divides by √(‖x‖²/M + ε), so with ε_M = ε_N·N/M: LN_M(x
 therefore scaled by c = √(N/M) and surviving LayerNorm biases by 1/c.
 Heads: per-head dimensions are zero-padded (Q scaled by √(d_head_wide/d_head) to keep the softmax temperature,
 since attention divides by √d_head); extra heads are all-zero. MLP: extra units have zero in- and out-weights.
-Works on canonical views (see glmc/canonical.py); family-agnostic.
+Works on canonical views (see glmc/view/canonical.py); family-agnostic.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from glmc.errors import IncompatibleModels
 def harmonise(models: list) -> list:
     """Models with identical parameter names and shapes, so they can be averaged; raises a clear error if the
     architectures differ. A tied LM head is untied when another endpoint's is not."""
-    from glmc.circuit import CircuitModel
+    from glmc.view.circuit import CircuitModel
 
     if not any(isinstance(m, CircuitModel) for m in models):
         adapters = [adapter_for(m) for m in models]

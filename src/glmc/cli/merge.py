@@ -2,7 +2,7 @@
 
 import click
 
-from glmc.commands.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
+from glmc.cli.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
                                   pick_device, write_json)
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -35,10 +35,10 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, con
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
     from glmc.align.nullspace import save_fill
-    from glmc.commands.common import save_like
-    from glmc.evaluate import evaluate
+    from glmc.cli.common import save_like
+    from glmc.models.evaluate import evaluate
     from glmc.io import atomic_dir
-    from glmc.merge import merge_models
+    from glmc.align.merge import merge_models
 
     if len(models) < 2:
         raise click.UsageError("give at least two models")
@@ -51,7 +51,7 @@ def command(models, out_dir, method, weights, rounds, iterations, steps, lr, con
         loaded, method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
         concentration=concentration, mode=mode, null_space=null_space)
     if mode == "circuit":  # average whole circuits (the paper's form); the result is a glmc CircuitModel
-        from glmc.circuit import CircuitModel, circuit_model
+        from glmc.view.circuit import CircuitModel, circuit_model
 
         circuits = [circuit_model(a) for a in aligned]
         ws = w or [1 / len(circuits)] * len(circuits)

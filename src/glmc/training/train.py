@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from glmc.adapters import adapter_named
-from glmc.evaluate import evaluate, loss_and_correct
+from glmc.models.evaluate import evaluate, loss_and_correct
 
 
 @dataclass
@@ -230,7 +230,7 @@ def seed_everything(seed: int):
 
 
 def record_for(family: str, shape: dict, ds, parts: dict, wall: float, device="cpu") -> dict:
-    """The glmc.json of a trained model (see docs in glmc/models.py and the README)."""
+    """The glmc.json of a trained model (see docs in glmc/models/__init__.py and the README)."""
     import glmc
 
     record = {"glmc_version": glmc.__version__, "kind": "trained-endpoint", "family": family, "model": shape,

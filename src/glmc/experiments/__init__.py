@@ -1,0 +1,1 @@
+"""Barrier experiments across alignment methods: tables, JSON, figures."""

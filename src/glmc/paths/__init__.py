@@ -1,0 +1,1 @@
+"""The linear path between models and the simplex of several: interpolation, barriers."""

@@ -1,0 +1,1 @@
+"""Model-level operations on the canonical view: canonicalise, widen, the circuit form."""
