@@ -13,6 +13,7 @@ SHAPES = {
     "gpt2": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, tied=False),
     "hf-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
     "timm-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
+    "llama": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
 }
 
 
@@ -27,8 +28,8 @@ def test_every_family_is_named_and_claims_only_its_own_directories(tmp_path):
         assert adapter_for_dir(tmp_path / family).family == family
         claimed = [f for f in SHAPES if type(adapter_named(f)).claims_dir(tmp_path / family)]
         assert claimed == [family]
-    with pytest.raises(UnsupportedModel, match="unknown model family 'llama'"):
-        adapter_named("llama")
+    with pytest.raises(UnsupportedModel, match="unknown model family 'falcon'"):
+        adapter_named("falcon")
     with pytest.raises(UnsupportedModel, match="no glmc adapter"):
         adapter_for(torch.nn.Linear(2, 2))
 
@@ -38,7 +39,7 @@ def test_directories_no_adapter_claims_are_refused_by_what_they_hold(tmp_path):
         adapter_for_dir(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="empty"):
         adapter_for_dir(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "falcon"}))
     with pytest.raises(UnsupportedModel, match="config.json"):
         adapter_for_dir(tmp_path)
     (tmp_path / "config.json").write_text("{not json")

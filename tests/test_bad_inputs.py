@@ -111,10 +111,10 @@ def models(tmp_path_factory):
     m["pickle"].mkdir()
     shutil.copy(a / "config.json", m["pickle"])
     (m["pickle"] / "pytorch_model.bin").write_bytes(b"\x80\x04 never unpickled")
-    m["llama"] = root / "llama"
-    m["llama"].mkdir()
-    (m["llama"] / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 32}))
-    shutil.copy(a / "model.safetensors", m["llama"])
+    m["falcon"] = root / "falcon"
+    m["falcon"].mkdir()
+    (m["falcon"] / "config.json").write_text(json.dumps({"model_type": "falcon", "hidden_size": 32}))
+    shutil.copy(a / "model.safetensors", m["falcon"])
     m["no_type"] = _variant(root, "no_type", a)
     cfg = json.loads((a / "config.json").read_text())
     (m["no_type"] / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "model_type"}))
@@ -172,7 +172,7 @@ ROWS = [
     ("truncated-safetensors", ["verify", "{truncated}"], ERROR, "is truncated or corrupt"),
     ("garbage-safetensors", ["align", "{garbage}", "{b}", "--out", "{out}"], ERROR, "is truncated or corrupt"),
     ("pickle-only", ["verify", "{pickle}"], ERROR, "pickle files are never loaded; convert to safetensors"),
-    ("llama-config", ["verify", "{llama}"], ERROR, "model_type 'llama'; glmc supports GPT-2"),
+    ("falcon-config", ["verify", "{falcon}"], ERROR, "model_type 'falcon'; glmc supports GPT-2"),
     ("config-without-model-type", ["barrier", "{no_type}", "{b}"], ERROR, "has no model_type; glmc supports"),
     ("config-invalid-json", ["verify", "{bad_config}"], ERROR, "config.json is not valid JSON"),
     ("config-heads-do-not-divide-width", ["verify", "{bad_heads}"], ERROR, "does not describe a valid GPT-2 model"),

@@ -60,4 +60,4 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="patch"):
         build_model("hf-vit", **dict(VIT, patch=3))
     with pytest.raises(ValueError, match="family"):
-        build_model("llama")
+        build_model("falcon")

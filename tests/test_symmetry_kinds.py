@@ -147,3 +147,22 @@ def test_an_element_of_an_undeclared_group_is_refused():
     with pytest.raises(ValueError, match="unknown group kind"):
         kind("rotation")
     assert isinstance(kind("orthogonal").random(3, None, torch.Generator()), LinearMap)
+
+
+def test_grouped_permutations_stay_inside_their_blocks():
+    """Query heads permute only inside their key/value group: random elements, nearest (per block) and the
+    learned parametrisation all keep block g's entries in block g."""
+    k, gen = kind("grouped-permutation"), torch.Generator().manual_seed(6)
+    assert kind("permutation").admits("grouped-permutation")
+    e = k.random(12, 3, gen)  # 3 groups of 4
+    assert e.is_permutation() and torch.equal(e.src // 4, torch.arange(12) // 4)
+    assert not torch.equal(e.src, torch.arange(12))
+    dense = e.matrix().double()
+    blocks = torch.stack([dense[g * 4:(g + 1) * 4, g * 4:(g + 1) * 4] for g in range(3)])
+    found = k.nearest(blocks + 0.01 * torch.randn(3, 4, 4, generator=gen, dtype=torch.float64))
+    assert torch.equal(found.src, e.src)
+    z = k.latent(e, batch=3)
+    assert z.shape == (3, 4, 4)
+    assert torch.equal(k.element(k.project(z, hard=True)).src, e.src)
+    with pytest.raises(ValueError, match="block count"):
+        k.latent(e)

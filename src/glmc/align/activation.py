@@ -119,6 +119,10 @@ def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True,
 
 def _check_kinds(arch) -> None:
     """Activation matching finds permutations; each group it fills must admit them."""
+    if "heads" not in arch.groups and "kv_heads" in arch.groups:
+        raise UnsupportedModel(f"activation matching pairs heads one by one; this {arch.family} model's query heads "
+                               "share key/value heads (kv_heads), which it does not match yet: use --method weight "
+                               "or learned")
     for role in ("residual", "heads", "ov", "mlp"):
         spec = arch.groups.get(role)
         if spec is not None and not kind(spec.kind).admits("permutation") and "permutation" not in spec.subgroups:

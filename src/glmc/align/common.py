@@ -44,6 +44,10 @@ def check_compatible(model_a, model_b):
         raise IncompatibleModels("models differ in shape "
                                  f"({', '.join(f'{k} {getattr(arch_a, k)} vs {getattr(arch_b, k)}' for k in shape)}); "
                                  "embed the narrower one first (glmc align NARROW WIDE)")
+    if arch_a.groups != arch_b.groups:  # e.g. a different number of key/value heads, or qk_norm in only one
+        differ = [r for r in {**arch_a.groups, **arch_b.groups} if arch_a.groups.get(r) != arch_b.groups.get(r)]
+        raise IncompatibleModels(f"the models declare different symmetry groups ({', '.join(differ)}): they are "
+                                 "not the same architecture, so they cannot be aligned or averaged")
     return adapter, arch_a
 
 

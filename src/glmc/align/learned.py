@@ -75,8 +75,9 @@ class Latents(torch.nn.Module):
         self.arch, self.soft = arch, soft
         self.kinds = {name: (kinds or {}).get(split_name(name)[0], arch.groups[split_name(name)[0]].kind)
                       for name in init.groups()}
-        self.z = torch.nn.ParameterDict({_key(n): torch.nn.Parameter(kind(k).latent(init[n]))
-                                         for n, k in self.kinds.items()})
+        # the batch tells block-structured kinds (grouped permutations) their block count
+        self.z = torch.nn.ParameterDict({_key(n): torch.nn.Parameter(
+            kind(k).latent(init[n], batch=arch.groups[split_name(n)[0]].batch)) for n, k in self.kinds.items()})
 
     def discrete(self) -> list[torch.nn.Parameter]:
         """Latents of permutation-like kinds (one-hot starts: see LearnedMatcher.fit's perm_lr)."""

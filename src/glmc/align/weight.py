@@ -19,6 +19,13 @@ Minimises the weight distance Σ_t ‖A_t − π(B)_t‖² over the symmetry gro
      then L-BFGS in GL(d_head) (float64); a refined map is kept only if it lowers the objective and its
      condition number stays below 1e4;
   4. per layer, MLP units by linear assignment on ⟨W_in⟩ + b_in·b_in′ + ⟨W_out⟩.
+Grouped-query attention (declared `kv_heads` / `query_heads`): the same circuit similarity per query head (with
+its group's key and value head); key/value groups by linear assignment on the sum of each group pair's best
+within-group query assignment, then that assignment inside the groups; per-kv-head maps are fitted on the factors
+of all their query heads side by side. `scale-rotation` QK maps (RoPE) are solved per rotary plane in closed form
+(a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
+with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
+the per-unit scale), then fits each unit's scale in closed form the same way (real c).
 Stops when the relative distance no longer improves by 1e-6, or after `iterations`.
 """
 
@@ -33,8 +40,8 @@ from tqdm.auto import tqdm
 
 from glmc.align.common import canonical_pair, finish, residual_keys, view_distance
 from glmc.align.nullspace import free_probes
-from glmc.symmetry.elements import IndexMap, LinearMap
-from glmc.symmetry.kinds import kind
+from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
+from glmc.symmetry.kinds import ScaleRotation, kind
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 from glmc.errors import BadOption
@@ -115,9 +122,49 @@ def fit_head_maps(kind_name: str, xa, xb, ya, yb) -> torch.Tensor:
     """Per-head maps C of the declared kind with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A."""
     if kind_name == "invertible":
         return fit_factor_map(xa, xb, ya, yb)
+    if kind_name == "scale-rotation":
+        return fit_scale_rotation(xa, xb, ya, yb)
     if kind_name == "orthogonal":  # C^-T = C: one Procrustes problem on [X Y]
         return kind(kind_name).nearest(xa @ xb.transpose(-1, -2) + ya @ yb.transpose(-1, -2)).matrix
     raise NotImplementedError(f"weight matching has no solver for per-head maps of kind {kind_name!r}")
+
+
+def best_complex_scale(zx_b, zx_a, zy_b, zy_a, nx, ny) -> torch.Tensor:
+    """Per entry of the leading dims, the complex c minimising ‖c·zx_b − zx_a‖²/nx + ‖zy_b/c̄ − zy_a‖²/ny (last
+    axis summed): the best of the two closed-form least-squares solutions (X side alone, Y side alone) and
+    their geometric mean. With real inputs c is real (a per-unit scale)."""
+    def ls(z, w):  # argmin_c ‖c·z − w‖²
+        return (z.conj() * w).sum(-1) / (z.abs() ** 2).sum(-1).clamp_min(1e-30)
+
+    cx = ls(zx_b, zx_a)
+    d = ls(zy_b, zy_a)  # zy_b·d ≈ zy_a with d = 1/c̄
+    cy = 1 / d.conj().where(d.abs() > 1e-30, torch.ones_like(d))
+    mean = (cx.abs() * cy.abs()).sqrt() * torch.sgn(torch.sgn(cx) + torch.sgn(cy)).where(
+        (torch.sgn(cx) + torch.sgn(cy)).abs() > 1e-12, torch.sgn(cx))
+    cands = torch.stack([cx, cy, mean])
+
+    def loss(c):
+        cs = c.where(c.abs() > 1e-30, torch.ones_like(c))
+        return (((cs[..., None] * zx_b - zx_a).abs() ** 2).sum(-1) / nx
+                + ((zy_b / cs.conj()[..., None] - zy_a).abs() ** 2).sum(-1) / ny)
+
+    losses = torch.stack([loss(c) for c in cands]).nan_to_num(float("inf"))
+    return cands.gather(0, losses.argmin(0, keepdim=True))[0]
+
+
+def fit_scale_rotation(xa, xb, ya, yb) -> torch.Tensor:
+    """Per-head scale-rotation maps C (per rotary plane (i, i + k/2) a·I + b·J, C^-T = C/(a²+b²)), each plane in
+    closed form (Tran et al. 2026): as a complex number c = a + ib acting on z = row i + i·row (i + k/2)."""
+    h = xa.shape[-2] // 2
+
+    def planes(t):
+        return torch.complex(t[..., :h, :].double(), t[..., h:, :].double())
+
+    nx = xa.pow(2).sum((-1, -2)).clamp_min(1e-30)[..., None]
+    ny = ya.pow(2).sum((-1, -2)).clamp_min(1e-30)[..., None]
+    c = best_complex_scale(planes(xb), planes(xa), planes(yb), planes(ya), nx, ny)
+    # C = [[a, −b], [b, a]] per plane (column action q ↦ C·q); kinds.ScaleRotation.matrix is the row action Cᵀ
+    return ScaleRotation.matrix(torch.stack([c.real, -c.imag], -1))
 
 
 # --- step 3: per-head invertible maps -------------------------------------------------------------------------
@@ -170,6 +217,31 @@ def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> to
 
 # --- step 4: MLP units ----------------------------------------------------------------------------------------
 
+def match_gated_mlp(view_a, view_b, i) -> IndexMap:
+    """Units of a gated MLP whose up/down rows may be rescaled per unit (mlp_scale): the gate rows by inner
+    product, up and down by |cosine|, which no per-unit scale (or sign) changes."""
+    p = f"blocks.{i}.mlp."
+
+    def cos(k):
+        a, b = view_a[p + k].double(), view_b[p + k].double()
+        a, b = a / a.norm(dim=-1, keepdim=True).clamp_min(1e-30), b / b.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        return (a @ b.T).abs()
+
+    gate_a, gate_b = view_a[p + "gate.w"].double(), view_b[p + "gate.w"].double()
+    s = gate_a @ gate_b.T / (gate_a.norm() * gate_b.norm() / gate_a.shape[0]).clamp_min(1e-30)
+    return _assignment(s + cos("in.w") + cos("out.w"))
+
+
+def fit_mlp_scale(view_a, view_b, i) -> ScaleMap:
+    """Per-unit s with s·up_B ≈ up_A and down_B/s ≈ down_A, in closed form (best_complex_scale, real)."""
+    p = f"blocks.{i}.mlp."
+    ua, ub, da, db = (view[p + k].double() for view, k in ((view_a, "in.w"), (view_b, "in.w"), (view_a, "out.w"),
+                                                            (view_b, "out.w")))
+    s = best_complex_scale(ub.to(torch.complex128), ua.to(torch.complex128), db.to(torch.complex128),
+                           da.to(torch.complex128), ua.pow(2).sum().clamp_min(1e-30), da.pow(2).sum().clamp_min(1e-30))
+    return ScaleMap(s.real.float())
+
+
 def match_mlp(view_a, view_b, i) -> IndexMap:
     p = f"blocks.{i}.mlp."
     s = (view_a[p + "in.w"].double() @ view_b[p + "in.w"].double().T
@@ -181,6 +253,31 @@ def match_mlp(view_a, view_b, i) -> IndexMap:
 
 # --- the alternation ------------------------------------------------------------------------------------------
 
+def match_grouped_heads(fa, fb, r: int) -> tuple[IndexMap, IndexMap]:
+    """(key/value-group permutation, query-head permutation inside the groups) under grouped-query attention:
+    circuit similarity of query heads (each with its group's key and value), groups assigned on the sum over a
+    group pair's best within-group query assignment."""
+    qa, ka, va, oa = fa
+    qb, kb, vb, ob = fb
+    ka, va, kb, vb = (t.repeat_interleave(r, 0) for t in (ka, va, kb, vb))  # each query head's key/value head
+    s = circuit_similarity(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)  # [H_a, H_b]
+    g = s.shape[0] // r
+    blocks = s.reshape(g, r, g, r).permute(0, 2, 1, 3)  # [group a, group b, query in a, query in b]
+    within = {(x, y): _assignment(blocks[x, y]) for x in range(g) for y in range(g)}
+    score = torch.tensor([[float(blocks[x, y][torch.arange(r), within[x, y].src].sum()) for y in range(g)]
+                          for x in range(g)])
+    groups = _assignment(score)
+    # query head j·r + s (after the group move) takes B's query head src·r + t: within the moved block, s ← t
+    src = torch.cat([within[x, int(groups.src[x])].src + x * r for x in range(g)])
+    return groups, IndexMap(src, None, g * r)
+
+
+def _grouped(t: torch.Tensor, b: int) -> torch.Tensor:
+    """[H, k, m] per query head → [b, k, r·m]: the factors of a group's r query heads side by side."""
+    h, k, m = t.shape
+    return t.reshape(b, h // b, k, m).permute(0, 2, 1, 3).reshape(b, k, -1)
+
+
 def match_inner(view_a, rotated_b, arch, head_maps: bool = True) -> Transform:
     """Heads, per-head maps and MLP units, per layer, for the groups the model declares."""
     groups, t = arch.groups, Transform()
@@ -190,14 +287,31 @@ def match_inner(view_a, rotated_b, arch, head_maps: bool = True) -> Transform:
             perm = match_heads(fa, fb)
             t.elements[group_name("heads", i)] = perm
             fb = tuple(f[perm.src] for f in fb)
+        elif "kv_heads" in groups:
+            n_kv = groups["kv_heads"].size
+            kv, query = match_grouped_heads(fa, fb, arch.n_head // n_kv)
+            t.elements[group_name("kv_heads", i)] = kv
+            if "query_heads" in groups:
+                t.elements[group_name("query_heads", i)] = query
+            total = kv._shared(arch.n_head)[0][query.src]
+            qb, kb, vb, ob = fb
+            fb = (qb[total], kb[kv.src], vb[kv.src], ob[total])
         qa, ka, va, oa = fa
         qb, kb, vb, ob = fb
         for role, (xa, xb, ya, yb) in (("qk", (qa, qb, ka, kb)), ("ov", (va, vb, oa, ob))):
             if head_maps and role in groups:
+                b = groups[role].batch or arch.n_head
+                # a map shared by r query heads fits all of them at once: their factors side by side
+                xa, xb, ya, yb = (_grouped(f, b) if f.shape[0] != b else f for f in (xa, xb, ya, yb))
                 c = fit_head_maps(groups[role].kind, xa, xb, ya, yb)
                 t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float())
         if "mlp" in groups:
-            t.elements[group_name("mlp", i)] = match_mlp(view_a, rotated_b, i)
+            gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
+            perm = (match_gated_mlp if gated else match_mlp)(view_a, rotated_b, i)
+            t.elements[group_name("mlp", i)] = perm
+            if gated:
+                moved = Transform({group_name("mlp", i): perm}).apply(rotated_b, arch)
+                t.elements[group_name("mlp_scale", i)] = fit_mlp_scale(view_a, moved, i)
     return t
 
 

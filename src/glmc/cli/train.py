@@ -1,4 +1,4 @@
-"""`glmc train gpt2|vit`: train an endpoint and save it with its glmc.json record."""
+"""`glmc train gpt2|llama|vit`: train an endpoint and save it with its glmc.json record."""
 
 from pathlib import Path
 
@@ -59,6 +59,24 @@ def gpt2(data, tokenizer, context, tied, activation, **opts):
 
     adapter = adapter_named("gpt2")
     p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, tied=tied, activation=activation)
+    spec = {"source": data, "tokenizer": p["tokenizer"], "context": p["context"]}
+    _run(adapter, spec, p, opts)
+
+
+@command.command("llama")
+@click.option("--data", default="shakespeare", show_default=True, help="shakespeare or text:PATH.")
+@click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
+@click.option("--context", type=COUNT, help="Context length in tokens.")
+@click.option("--kv-heads", type=COUNT, help="Key/value heads (grouped-query attention; must divide --heads).")
+@click.option("--tied/--untied", default=None, help="Tie the LM head to the embeddings [preset: untied].")
+@_common
+def llama(data, tokenizer, context, kv_heads, tied, **opts):
+    """A Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention) on text. Preset: cpu (4 layers,
+    width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, untied, char tokenizer)."""
+    from glmc.adapters import adapter_named
+
+    adapter = adapter_named("llama")
+    p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, kv_heads=kv_heads, tied=tied)
     spec = {"source": data, "tokenizer": p["tokenizer"], "context": p["context"]}
     _run(adapter, spec, p, opts)
 

@@ -269,5 +269,8 @@ class DenseMap:
             m = self._inverse
         if batch_axis is None:
             axis = axis % t.ndim
+            if t.shape[axis] != m.shape[0]:  # a map of n entries on an axis of n·r: blocks of r, as IndexMap
+                r = t.shape[axis] // m.shape[0]
+                m = torch.kron(m, torch.eye(r, dtype=m.dtype, device=m.device))
             return torch.tensordot(t.movedim(axis, -1), m, dims=1).movedim(-1, axis)
         return batched_matmul(t, shared_copies(m, t.shape[batch_axis % t.ndim]), axis, batch_axis, torch.matmul)

@@ -15,7 +15,8 @@ that needs to know the group reads the kind from here, never from a group's name
 
 Kinds (⊂ means "is a subgroup of", which `admits` answers):
   permutation ⊂ signed-permutation ⊂ orthogonal;  permutation ⊂ orthogonal-fixing-ones ⊂ orthogonal ⊂ invertible
-  diagonal (non-zero scales, contravariant side 1/s), scale-rotation (per rotary plane (i, i + k/2) of a head, a
+  grouped-permutation (permutations of n entries inside each of `batch` consecutive blocks: query heads within
+  their key/value group), diagonal (non-zero scales, contravariant side 1/s), scale-rotation (per rotary plane (i, i + k/2) of a head, a
   scale times a 2-D rotation: the maps that commute with RoPE), and two non-invertible extensions that still keep
   the function where declared: semi-permutation (ReLU units split into copies) and zero-pad (extra zero units).
 """
@@ -74,7 +75,7 @@ class Kind:
     def nearest(self, m):
         self._missing("closed-form nearest element")
 
-    def latent(self, e) -> torch.Tensor:
+    def latent(self, e, batch=None) -> torch.Tensor:
         self._missing("learned parametrisation")
 
     def project(self, z, hard=False, soft=False) -> torch.Tensor:
@@ -90,6 +91,7 @@ class Kind:
 class Permutation(Kind):
     name = "permutation"
     discrete = True
+    contains = ("grouped-permutation",)
 
     def random(self, n, batch, gen):
         return IndexMap(torch.randperm(n, generator=gen), None, n)
@@ -100,7 +102,7 @@ class Permutation(Kind):
     def nearest(self, m):
         return IndexMap(assignment_src(m), None, m.shape[0])
 
-    def latent(self, e):
+    def latent(self, e, batch=None):
         return e.matrix().float()
 
     def project(self, z, hard=False, soft=False):
@@ -110,6 +112,36 @@ class Permutation(Kind):
 
     def element(self, dense):
         return IndexMap(src_of(dense.detach().cpu()), None, dense.shape[0])
+
+
+class GroupedPermutation(Permutation):
+    """Permutations of n = batch·r entries that keep each block of r consecutive entries in place (the query
+    heads of one key/value head under grouped-query attention). Elements are plain index maps of size n;
+    `nearest` takes the batch of per-block cross-correlations [batch, r, r], `latent` needs the block count."""
+
+    name = "grouped-permutation"
+
+    def random(self, n, batch, gen):
+        r = n // (batch or 1)
+        src = torch.cat([torch.randperm(r, generator=gen) + g * r for g in range(n // r)])
+        return IndexMap(src, None, n)
+
+    def nearest(self, m):
+        """m: [batch, r, r], rows old and columns new entries of each block."""
+        r = m.shape[-1]
+        src = torch.cat([assignment_src(block) + g * r for g, block in enumerate(m)])
+        return IndexMap(src, None, m.shape[0] * r)
+
+    def latent(self, e, batch=None):
+        if batch is None:
+            raise ValueError("a grouped permutation's latent needs its block count (batch)")
+        r = e.n // batch
+        dense = e.matrix().float()
+        return torch.stack([dense[g * r:(g + 1) * r, g * r:(g + 1) * r] for g in range(batch)])
+
+    def project(self, z, hard=False, soft=False):
+        """z: [batch, r, r] → the block-diagonal [n, n] matrix of per-block projections."""
+        return torch.block_diag(*(Permutation.project(self, block, hard, soft) for block in z))
 
 
 class Orthogonal(Kind):
@@ -127,7 +159,7 @@ class Orthogonal(Kind):
         p, _, qt = torch.linalg.svd(m.double())
         return LinearMap(p @ qt)
 
-    def latent(self, e):
+    def latent(self, e, batch=None):
         return _dense(e).float().clone()
 
     def project(self, z, hard=False, soft=False):
@@ -171,7 +203,7 @@ class OrthogonalFixingOnes(Orthogonal):
         p, _, qt = torch.linalg.svd(u.T @ m.double() @ u)
         return LinearMap(self._compose(p @ qt))
 
-    def latent(self, e):
+    def latent(self, e, batch=None):
         u = self.basis(e.n)
         return (u.T @ _dense(e).double() @ u).float()
 
@@ -229,7 +261,7 @@ class Invertible(Kind):
 
     identity = Orthogonal.identity
 
-    def latent(self, e):
+    def latent(self, e, batch=None):
         return _dense(e).float().clone()
 
     def project(self, z, hard=False, soft=False):
@@ -271,7 +303,7 @@ class ScaleRotation(Invertible):
         angle = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 * math.pi
         return LinearMap(self.matrix(torch.stack([scale * torch.cos(angle), scale * torch.sin(angle)], -1)))
 
-    def latent(self, e):
+    def latent(self, e, batch=None):
         return self.planes(_dense(e)).float().clone()
 
     def project(self, z, hard=False, soft=False):
@@ -292,7 +324,7 @@ class Diagonal(Kind):
     def identity(self, n, batch=None):
         return ScaleMap(torch.ones(n, dtype=torch.float64))
 
-    def latent(self, e):
+    def latent(self, e, batch=None):
         return e.scale.float().clone()
 
     def project(self, z, hard=False, soft=False):
@@ -335,7 +367,7 @@ def _dense(e) -> torch.Tensor:
     return e.matrix() if isinstance(e, IndexMap) else e.matrix
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (Permutation(), Orthogonal(), OrthogonalFixingOnes(),
+KINDS: dict[str, Kind] = {k.name: k for k in (Permutation(), GroupedPermutation(), Orthogonal(), OrthogonalFixingOnes(),
                                                SignedPermutation(), Invertible(), ScaleRotation(), Diagonal(),
                                                SemiPermutation(), ZeroPad())}
 

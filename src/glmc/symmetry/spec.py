@@ -13,7 +13,10 @@ layer) are skipped. Roles:
   heads      the order of heads in a block (a semi-permutation would split OV and copy QK, hence "copy")
   qk         per-head maps on the query/key dimension (batched over heads; they follow the head permutation)
   ov         per-head maps on the value/output dimension (likewise)
-  mlp        hidden units of a block's MLP
+  mlp        hidden units of a block's MLP (gate, in = up, out = down together in a gated MLP)
+  kv_heads   grouped-query attention: the order of key/value heads; query heads move with theirs, as blocks
+  query_heads  grouped-query attention: the order of query heads inside each key/value group
+  mlp_scale  a gated MLP's per-unit scale: s on mlp.in (up), 1/s on mlp.out (down); the gate is left alone
 A batched map of b copies acting on a batch axis of b·r entries serves r consecutive entries with each copy:
 one key/value head's map shared by its r query heads under grouped-query attention (see elements.py).
 """
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field
 
 WRITERS = ["embed", "pos_embed", "patch.w", "patch.b", "cls", "registers",
            "blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b", "blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b"]
-READERS = ["blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w", "blocks.{i}.mlp.in.w", "head.w"]
+READERS = ["blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w", "blocks.{i}.mlp.in.w", "head.w",
+           "blocks.{i}.mlp.gate.w"]  # the gate of a gated (SwiGLU) MLP reads the stream like mlp.in
 # LayerNorm biases live in the residual space; after canonicalisation only those whose reader has no bias
 # (GPT-2's final norm before the bias-free LM head) are non-zero.
 NORM_BIASES = ["blocks.{i}.ln1.b", "blocks.{i}.ln2.b", "ln_final.b"]
@@ -41,7 +45,16 @@ ROWS = (
     + [("ov", "blocks.{i}.attn.o.w", 1, "contra", 0)]
     + [("mlp", "blocks.{i}.mlp.in.w", 0, "co", None),
        ("mlp", "blocks.{i}.mlp.in.b", 0, "co", None),
-       ("mlp", "blocks.{i}.mlp.out.w", 0, "contra", None)]
+       ("mlp", "blocks.{i}.mlp.out.w", 0, "contra", None),
+       ("mlp", "blocks.{i}.mlp.gate.w", 0, "co", None)]
+    # grouped-query attention: an index map of n_kv entries moves the r query heads of a group as a block
+    + [("kv_heads", f"blocks.{{i}}.attn.{p}.{w}", 0, "copy", None) for p in "qk" for w in "wb"]
+    + [("kv_heads", f"blocks.{{i}}.attn.v.{w}", 0, "co", None) for w in "wb"]
+    + [("kv_heads", "blocks.{i}.attn.o.w", 0, "contra", None)]
+    + [("query_heads", f"blocks.{{i}}.attn.q.{w}", 0, "copy", None) for w in "wb"]
+    + [("query_heads", "blocks.{i}.attn.o.w", 0, "contra", None)]
+    + [("mlp_scale", "blocks.{i}.mlp.in.w", 0, "co", None),
+       ("mlp_scale", "blocks.{i}.mlp.out.w", 0, "contra", None)]
 )
 
 

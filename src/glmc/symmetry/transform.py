@@ -48,6 +48,28 @@ def _following(name: str, elements: dict, arch):
     return elements.get(group_name(spec.follows, layer))
 
 
+def _follows(name: str, arch) -> bool:
+    spec = arch.groups.get(split_name(name)[0])
+    return spec is not None and spec.follows is not None
+
+
+def _moved(g, src: torch.Tensor):
+    """A batched map (LinearMap) or per-unit scale (ScaleMap) whose entry j becomes entry src[j]."""
+    return ScaleMap(g.scale[src]) if isinstance(g, ScaleMap) else LinearMap(g.matrix[src])
+
+
+def _composed(blocks: IndexMap | None, e: IndexMap | None, size: int | None = None) -> torch.Tensor:
+    """src of the block permutation `blocks` (expanded to the axis), then `e`, on an axis of `size` entries."""
+    size = size or e.n
+    src = torch.arange(size) if blocks is None else blocks._shared(size)[0]
+    return src if e is None else src[e.src]
+
+
+def _refactor(total: IndexMap, blocks: IndexMap) -> IndexMap:
+    """The e with (blocks, then e) == total: what is left of a permutation once its block order is taken out."""
+    return IndexMap(torch.argsort(blocks._shared(total.n)[0])[total.src], None, total.n)
+
+
 @dataclass
 class Transform:
     elements: dict[str, Element] = field(default_factory=dict)
@@ -70,12 +92,15 @@ class Transform:
         """Inverse of the whole transform (undoes apply)."""
         inv = {}
         for name, g in self.elements.items():
-            inv[name] = g.inverse()
             perm = _following(name, self.elements, arch)
-            if perm is not None:
+            if isinstance(g, IndexMap) and perm is not None:
+                inv[name] = _refactor(IndexMap(torch.argsort(_composed(perm, g)), None, g.n), perm.inverse())
+            elif perm is not None:
                 # apply order is permutation, then per-head maps, so the inverse maps per-head first: the map
                 # undoing position j's map must then be moved by the inverse permutation
-                inv[name] = LinearMap(inv[name].matrix[torch.argsort(perm.src)])
+                inv[name] = _moved(g.inverse(), torch.argsort(perm.src))
+            else:
+                inv[name] = g.inverse()
         return Transform(inv)
 
     def then(self, other: "Transform", arch) -> "Transform":
@@ -84,15 +109,29 @@ class Transform:
         for name, g2 in other.elements.items():
             perm2 = _following(name, other.elements, arch)
             g1 = out.get(name)
+            if isinstance(g2, IndexMap) and _follows(name, arch):
+                continue  # permutations inside a followed one's blocks: below, once every block order is known
             if g1 is not None and perm2 is not None:
-                out[name] = LinearMap(g1.matrix[perm2.src].double() @ g2.matrix.double())
+                out[name] = (LinearMap(g1.matrix[perm2.src].double() @ g2.matrix.double())
+                             if isinstance(g1, LinearMap) else _moved(g1, perm2.src).then(g2))
             else:
                 out[name] = g2 if g1 is None else g1.then(g2)
         # batched maps of self whose permutation other moves, where other has no map of its own: move them
         for name in list(out):
             perm2 = _following(name, other.elements, arch)
-            if name not in other.elements and perm2 is not None:
-                out[name] = LinearMap(out[name].matrix[perm2.src])
+            if name not in other.elements and perm2 is not None and not isinstance(out[name], IndexMap):
+                out[name] = _moved(out[name], perm2.src)
+        # permutations that follow another one (query heads inside key/value groups): compose the whole
+        # permutations of the axis, then split off the composed block order
+        for name in set(self.elements) | set(other.elements):
+            e1, e2 = self.elements.get(name), other.elements.get(name)
+            if not (isinstance(e1 or e2, IndexMap) and _follows(name, arch)):
+                continue
+            f1, f2 = _following(name, self.elements, arch), _following(name, other.elements, arch)
+            size = (e1 or e2).n
+            total = _composed(f1, e1, size)[_composed(f2, e2, size)]
+            blocks = f1 if f2 is None else f2 if f1 is None else f1.then(f2)
+            out[name] = IndexMap(total, None, size) if blocks is None else _refactor(IndexMap(total, None, size), blocks)
         return Transform(out)
 
     def describe(self) -> dict[str, str]:

@@ -20,7 +20,8 @@ from glmc.symmetry.spec import WRITERS, expand_keys
 NORM_READERS = {
     "blocks.{i}.ln1": [("blocks.{i}.attn.q.w", "blocks.{i}.attn.q.b"), ("blocks.{i}.attn.k.w", "blocks.{i}.attn.k.b"),
                        ("blocks.{i}.attn.v.w", "blocks.{i}.attn.v.b")],
-    "blocks.{i}.ln2": [("blocks.{i}.mlp.in.w", "blocks.{i}.mlp.in.b")],
+    "blocks.{i}.ln2": [("blocks.{i}.mlp.in.w", "blocks.{i}.mlp.in.b"),
+                       ("blocks.{i}.mlp.gate.w", "blocks.{i}.mlp.gate.b")],  # a gated MLP's gate reads it too
     "ln_final": [("head.w", "head.b")],
 }
 LAYER_SCALE = {"blocks.{i}.ls1": ("blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b"),
@@ -34,7 +35,8 @@ def fold_norms(view: dict, n_layer: int) -> dict:
             norm = norm_t.format(i=i)
             gamma = v[norm + ".w"].double()
             beta = v[norm + ".b"].double() if norm + ".b" in v else torch.zeros_like(gamma)
-            readers = [(w.format(i=i), b.format(i=i)) for w, b in readers_t]
+            # readers the model lacks (the gate of an ungated MLP) do not count
+            readers = [(w.format(i=i), b.format(i=i)) for w, b in readers_t if w.format(i=i) in v]
             keep_beta = any(b not in v for _, b in readers)
             for wk, bk in readers:
                 w = v[wk].double()

@@ -1,0 +1,147 @@
+"""HF Llama-family decoders (Llama, Mistral, Qwen2) through the adapter conformance suite (tests/conformance.py),
+plus the checks that their declared groups are exactly the ones RoPE, grouped-query attention and SwiGLU allow."""
+
+import pytest
+import torch
+import transformers
+
+from conformance import AdapterConformance, max_diff
+from glmc.adapters import UnsupportedModel, adapter_for
+from glmc.symmetry.elements import IndexMap, LinearMap
+from glmc.symmetry.kinds import kind
+from glmc.verify import probe_inputs
+from glmc.view.model_ops import canonical_model, transform_model
+
+CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+
+
+def llama(seed=0, model_type="llama", layers=2, width=32, heads=4, kv=2, mlp=40, tied=False, vocab=61,
+          act="silu", **extra):
+    """A tiny random decoder with norms moved off 1, Qwen2's q/k/v biases non-zero and weights ×3 (realistic
+    logits, so float32 error is tested)."""
+    cls = getattr(transformers, CLASSES[model_type])
+    torch.manual_seed(seed)
+    cfg = cls.config_class(vocab_size=vocab, max_position_embeddings=64, hidden_size=width, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=mlp, hidden_act=act,
+                           tie_word_embeddings=tied, bos_token_id=0, eos_token_id=0, pad_token_id=None, **extra)
+    model = cls(cfg).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # norm gains and biases
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
+            else:  # a tied head reads the embedding: it needs the larger scale for logits of a few units
+                p.mul_(10.0 if "embed" in name else 3.0)
+    return model.eval()
+
+
+def config(**kw):
+    return lambda seed: llama(seed=seed, **kw)
+
+
+class TestLlamaConformance(AdapterConformance):
+    family = "llama"
+    configs = {
+        "llama-L2-d32-h4kv4-mha-untied": config(kv=4),
+        "llama-L2-d32-h4kv2-gqa-tied": config(kv=2, tied=True),
+        "mistral-L2-d32-h8kv2-gqa4": config(model_type="mistral", heads=8, kv=2, mlp=48),
+        "qwen2-L2-d32-h4kv2-qkv-bias": config(model_type="qwen2", kv=2),
+        # multi-query attention; a gated ReLU (any elementwise gate keeps the groups exact); head_dim ≠ d/H
+        "llama-L1-d24-h4kv1-mqa-relu-dh8": config(layers=1, width=24, heads=4, kv=1, mlp=36, act="relu", head_dim=8),
+        "qwen2-L1-d16-h2kv1-mqa-tied": config(model_type="qwen2", layers=1, width=16, heads=2, kv=1, mlp=24,
+                                              tied=True),
+    }
+
+    def test_configs_cover_activations_and_head_shapes(self):
+        # the base asks for ReLU and non-ReLU configs because ReLU MLPs declare unit splitting; gated units never
+        # split, so here: more than one gate activation, and several head counts / sizes
+        archs = [adapter_for(m).arch(m) for m in (self.make(c) for c in self.configs)]
+        assert len({a.activation for a in archs}) >= 2 and not any(a.relu for a in archs)
+        assert len({(a.n_head, a.d_head) for a in archs}) >= 2
+
+    def test_configs_cover_families_and_head_layouts(self):
+        models = [self.make(c) for c in self.configs]
+        assert {type(m).__name__ for m in models} == set(CLASSES.values())
+        ratios = {m.config.num_attention_heads // m.config.num_key_value_heads for m in models}
+        assert {1, 2, 4} <= ratios
+        assert {m.config.tie_word_embeddings for m in models} == {True, False}
+        assert any("attn.q.b" in k for k in adapter_for(models[3]).to_canonical(models[3]))
+
+
+def test_declared_groups_are_the_exact_ones():
+    """Negative controls: the maps just outside each declared group change the function."""
+    model = llama(kv=2)
+    adapter = adapter_for(model)
+    arch = adapter.arch(model)
+    canon = canonical_model(model)
+    x = probe_inputs(model)
+    gen = torch.Generator().manual_seed(0)
+    # a general invertible QK map does not commute with RoPE (the declared scale-rotation does)
+    general = {f"qk.{i}": kind("invertible").random(arch.d_head, 2, gen) for i in range(arch.n_layer)}
+    assert max_diff(canon, transform_model(canon, _t(general), canonicalise_first=False), x) > 1e-2
+    # a query head moved to another key/value group reads the wrong keys
+    across = {"query_heads.0": IndexMap(torch.tensor([2, 1, 0, 3]))}
+    assert max_diff(canon, transform_model(canon, _t(across), canonicalise_first=False), x) > 1e-2
+    # the gate cannot be scaled: scaling gate instead of up breaks SwiGLU (shown on the view, by hand)
+    view = adapter.to_canonical(canon)
+    view["blocks.0.mlp.gate.w"] = view["blocks.0.mlp.gate.w"] * 2
+    view["blocks.0.mlp.out.w"] = view["blocks.0.mlp.out.w"] / 2
+    assert max_diff(canon, adapter.from_canonical(view, canon), x) > 1e-2
+
+
+def _t(elements):
+    from glmc.symmetry.transform import Transform
+
+    return Transform(elements)
+
+
+def test_grouped_query_transforms_invert_and_compose():
+    """kv_heads, then query heads inside the groups, then per-kv maps: inverse and composition on the view."""
+    from glmc.symmetry.random import random_full_transform
+
+    model = llama(model_type="mistral", heads=8, kv=2, mlp=48)
+    adapter = adapter_for(model)
+    arch = adapter.arch(model)
+    view = adapter.to_canonical(canonical_model(model))
+    gen = torch.Generator().manual_seed(1)
+    t1, t2 = random_full_transform(arch, gen), random_full_transform(arch, gen)
+    assert not torch.equal(t1["query_heads.0"].src, torch.arange(8))
+    back = t1.inverse(arch).apply(t1.apply(view, arch), arch)
+    assert all(torch.allclose(back[k], view[k], atol=1e-5) for k in view)
+    seq, once = t2.apply(t1.apply(view, arch), arch), t1.then(t2, arch).apply(view, arch)
+    assert all(torch.allclose(seq[k], once[k], atol=1e-5) for k in view)
+    # the composed query permutation still keeps every query head inside its (moved) group
+    q = t1.then(t2, arch)["query_heads.0"].src
+    assert torch.equal(q // 4, torch.arange(8) // 4)
+    # self without query maps, other with them (and the reverse) compose too
+    only_kv = _t({k: v for k, v in t1.elements.items() if not k.startswith("query_heads")})
+    for a, b in ((only_kv, t2), (t2, only_kv)):
+        seq, once = b.apply(a.apply(view, arch), arch), a.then(b, arch).apply(view, arch)
+        assert all(torch.allclose(seq[k], once[k], atol=1e-5) for k in view)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(model_type="llama", attention_bias=True), "attention_bias"),
+    (dict(model_type="llama", mlp_bias=True), "mlp_bias"),
+])
+def test_inexact_variants_are_refused_by_name(change, match):
+    model = llama(layers=1, **change)
+    with pytest.raises(UnsupportedModel, match=match):
+        adapter_for(model)
+
+
+def test_qk_norm_is_refused_by_name():
+    cfg = transformers.Qwen3Config(vocab_size=61, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=40, head_dim=8)
+    with pytest.raises(UnsupportedModel, match="QK-norm"):
+        adapter_for(transformers.Qwen3ForCausalLM(cfg))
+
+
+def test_partial_rotary_and_circuit_mode_are_refused():
+    model = llama(layers=1)
+    model.config.rope_parameters = dict(model.config.rope_parameters, partial_rotary_factor=0.5)
+    with pytest.raises(UnsupportedModel, match="partial rotary"):
+        adapter_for(model)
+    model = llama(layers=1)
+    with pytest.raises(UnsupportedModel, match="circuit mode"):
+        adapter_for(model).io_spec(model)
