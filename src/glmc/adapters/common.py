@@ -118,3 +118,20 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
     out = {n: tuple(t.shape) for n, t in on_disk.items()}
     out[None] = cls.base_model_prefix
     return out
+
+
+def token_probe(vocab_size: int, positions: int, n: int, seq: int, gen=None):
+    """Random token ids a causal LM accepts: n sequences of at most `positions` tokens."""
+    import torch
+
+    gen = gen or torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab_size, (n, min(seq, positions)), generator=gen)
+
+
+def block_hooks(blocks, attn_out, mlp_out) -> dict:
+    """Activation matching's hook points from a model's blocks and, per block, its attention output projection and
+    MLP output projection (callables block -> module)."""
+    out = {}
+    for i, block in enumerate(blocks):
+        out.update({f"blocks.{i}": block, f"blocks.{i}.attn.o": attn_out(block), f"blocks.{i}.mlp.out": mlp_out(block)})
+    return out

@@ -14,8 +14,8 @@ import copy
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import (ELEMENTWISE, check_heads, hf_config, hf_expected_weights, load_pretrained,
-                                 save_pretrained)
+from glmc.adapters.common import (ELEMENTWISE, block_hooks, check_heads, hf_config, hf_expected_weights,
+                                 load_pretrained, save_pretrained, token_probe)
 from glmc.adapters.namemap import HEAD_ROWS, QKV_BIAS, QKV_COLUMNS, TRANSPOSE, Entry, Layout, NameMap, layer_norm
 
 _H = "transformer.h.{i}."
@@ -117,16 +117,10 @@ class GPT2Adapter(Adapter):
         return (), {"input_ids": batch[self.input_key], "use_cache": False}
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
-        gen = gen or torch.Generator().manual_seed(0)
-        seq = min(seq, model.config.n_positions)
-        return torch.randint(0, model.config.vocab_size, (n, seq), generator=gen)
+        return token_probe(model.config.vocab_size, model.config.n_positions, n, seq, gen)
 
     def hook_modules(self, model) -> dict:
-        out = {}
-        for i, block in enumerate(model.transformer.h):
-            out.update({f"blocks.{i}": block, f"blocks.{i}.attn.o": block.attn.c_proj,
-                        f"blocks.{i}.mlp.out": block.mlp.c_proj})
-        return out
+        return block_hooks(model.transformer.h, lambda b: b.attn.c_proj, lambda b: b.mlp.c_proj)
 
     def io_spec(self, model) -> dict:
         return {"input": "tokens", "causal": True, "pool": "none", "activation": model.config.activation_function}

@@ -16,7 +16,8 @@ import copy
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import ELEMENTWISE, hf_config, hf_expected_weights, load_pretrained, save_pretrained
+from glmc.adapters.common import (ELEMENTWISE, block_hooks, hf_config, hf_expected_weights, load_pretrained,
+                                 save_pretrained, token_probe)
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Converter, Entry, Layout, NameMap
 from glmc.symmetry.spec import GroupSpec
 
@@ -171,16 +172,10 @@ class LlamaAdapter(Adapter):
         return (), {"input_ids": batch[self.input_key], "use_cache": False}
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
-        gen = gen or torch.Generator().manual_seed(0)
-        seq = min(seq, model.config.max_position_embeddings)
-        return torch.randint(0, model.config.vocab_size, (n, seq), generator=gen)
+        return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)
 
     def hook_modules(self, model) -> dict:
-        out = {}
-        for i, layer in enumerate(model.model.layers):
-            out.update({f"blocks.{i}": layer, f"blocks.{i}.attn.o": layer.self_attn.o_proj,
-                        f"blocks.{i}.mlp.out": layer.mlp.down_proj})
-        return out
+        return block_hooks(model.model.layers, lambda b: b.self_attn.o_proj, lambda b: b.mlp.down_proj)
 
     def io_spec(self, model) -> dict:
         raise UnsupportedModel("circuit mode does not exist under rotary position embeddings: a query/key circuit "
