@@ -85,7 +85,7 @@ def main(argv=None):
     import torch
 
     import glmc.data
-    from glmc.align import align, method_options
+    from glmc.matching import align, method_options
     from glmc.paths.barrier import barrier_metrics, path_curve
     from glmc.models import load_model
 

@@ -48,9 +48,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import glmc.data
-    from glmc.align import align, method_options
+    from glmc.matching import align, method_options
     from glmc.paths.barrier import barrier_metrics, path_curve
-    from glmc.align.merge import merge_models
+    from glmc.matching.merge import merge_models
     from glmc.models import load_model
     from glmc.experiments.plots import plot_curves, plot_simplex
     from glmc.paths.simplex import simplex_metrics, simplex_surface
@@ -66,7 +66,7 @@ def main(argv=None):
         ds = glmc.data.load_for_model(paths[0])
         batches = list(ds.batches("test", 32, max_batches=args.max_batches, shuffle=False))
         surfaces, vanilla = {}, None
-        # learned twice: the paper's λ ~ Dirichlet(0.1) and glmc's default Dirichlet(1) (glmc/align/merge.py)
+        # learned twice: the paper's λ ~ Dirichlet(0.1) and glmc's default Dirichlet(1) (glmc/matching/merge.py)
         runs = (("none", None), ("weight", None), ("learned", 0.1), ("learned", None))
         for method, concentration in runs if "simplex" in parts else ():
             t0 = time.perf_counter()
@@ -94,7 +94,7 @@ def main(argv=None):
             narrow_path = trained(task, seed, args.cache, extra, width=args.width // ratio)
             narrow = load_model(narrow_path)[0]
             base, curves = None, {}
-            # learned matching with and without the embedded model's null-space freedom (glmc/align/nullspace.py)
+            # learned matching with and without the embedded model's null-space freedom (glmc/matching/nullspace.py)
             for method, null_space in (("none", None), ("weight", None), ("learned", "off"), ("learned", None)):
                 t0 = time.perf_counter()
                 al = align(narrow, wide, method, **method_options(method, dict(

@@ -8,7 +8,7 @@ import torch
 
 from conftest import run_cli
 from glmc.adapters import adapter_for
-from glmc.align import align
+from glmc.matching import align
 from glmc.paths.barrier import barrier_metrics, path_curve
 from glmc.view.model_ops import logits, transform_model
 from glmc.models import load_model, save_model

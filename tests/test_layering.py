@@ -7,7 +7,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "glmc"
 # lowest first; a package may import itself and anything listed before it
-LAYERS = ["glmc", "errors", "io", "data", "symmetry", "adapters", "models", "view", "verify", "paths", "align",
+LAYERS = ["glmc", "errors", "io", "data", "symmetry", "adapters", "models", "view", "invariance", "paths", "matching", "api",
           "experiments", "training", "cli"]
 
 
@@ -38,6 +38,8 @@ def test_imports_run_one_way():
     upward = []
     for path, pkg in _modules():
         for target in _imports(path):
+            if pkg == "glmc" and target == "glmc.api":  # glmc/__init__.py: the public facade re-exports the API
+                continue
             if LAYERS.index(_package(target)) > LAYERS.index(pkg):
                 upward.append(f"{path.relative_to(SRC)} imports {target}")
     assert not upward, upward

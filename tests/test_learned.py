@@ -5,7 +5,7 @@ import torch
 
 from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
-from glmc.align.learned import Latents
+from glmc.matching.learned import Latents
 from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn
 from glmc.view.canonical import canonicalise
 from glmc.symmetry.random import random_full_transform
@@ -65,7 +65,7 @@ def test_differentiable_path_matches_exact_transform(perm_only):
 
 def test_learned_matching_returns_an_exact_symmetry(gpt2_pair):
     import glmc.data
-    from glmc.align import align
+    from glmc.matching import align
     from glmc.models import load_model
 
     a, _ = load_model(gpt2_pair[0])
@@ -86,7 +86,7 @@ def test_learned_matching_on_timm_vits_with_soft_permutations(tmp_path):
     far the soft maps moved the endpoint."""
     import glmc.data
     from conftest import TINY_VIT, run_cli
-    from glmc.align import align
+    from glmc.matching import align
     from glmc.models import load_model
 
     for seed in (0, 1):

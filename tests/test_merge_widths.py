@@ -3,8 +3,8 @@
 import json
 
 from conftest import run_cli
-from glmc.align import align
-from glmc.align.merge import canonical_views, merge_models, universe_alignment
+from glmc.matching import align
+from glmc.matching.merge import canonical_views, merge_models, universe_alignment
 from glmc.models import load_model
 from glmc.paths.simplex import simplex_metrics, simplex_points
 
@@ -62,7 +62,7 @@ def test_simplex_barrier_cli(vit_models, tmp_path):
 
 
 def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
-    from glmc.align.common import max_logit_change
+    from glmc.matching.common import max_logit_change
 
     narrow, _ = load_model(vit_models["w32s3"])
     wide, _ = load_model(vit_models["w64s0"])
@@ -99,7 +99,7 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
 def test_learned_narrow_to_wide_trains_the_whole_path(vit_models):
     """Width pairs default to λ ~ U(0, 1) and keep the best latents by the worst of three interior points."""
     import glmc.data
-    from glmc.align.common import max_logit_change
+    from glmc.matching.common import max_logit_change
 
     narrow, _ = load_model(vit_models["w32s3"])
     wide, _ = load_model(vit_models["w64s0"])
@@ -130,8 +130,8 @@ def test_merge_in_circuit_mode_writes_a_circuit_model(vit_models, tmp_path):
 
 def test_merge_of_mixed_widths_fills_the_embedded_models_free_weights(vit_models):
     """A narrower model in a merge is embedded, and its free reader weights taken from the full-width models."""
-    from glmc.align.common import view_distance
-    from glmc.align.merge import average, canonical_views
+    from glmc.matching.common import view_distance
+    from glmc.matching.merge import average, canonical_views
 
     models = [load_model(vit_models[k])[0] for k in ("w32s3", "w64s0", "w64s1")]
     dist = {}
@@ -148,7 +148,7 @@ def test_merge_of_mixed_widths_fills_the_embedded_models_free_weights(vit_models
 def test_simplex_sampler_concentration():
     import random
 
-    from glmc.align.learned import sample_weights
+    from glmc.matching.learned import sample_weights
 
     def near_vertex(concentration):
         rng = random.Random(0)

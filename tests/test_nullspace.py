@@ -6,11 +6,11 @@ from conftest import tiny_gpt2
 from test_vit_adapters import hf_vit, timm_vit
 
 from glmc.adapters import adapter_for
-from glmc.align.nullspace import fill, free_probes, has_freedom, moved_probes, residual_probe
+from glmc.matching.nullspace import fill, free_probes, has_freedom, moved_probes, residual_probe
 from glmc.view.canonical import canonicalise
 from glmc.view.model_ops import canonical_view, logits, widen_model
 from glmc.symmetry.random import random_full_transform
-from glmc.verify import probe_inputs
+from glmc.invariance import probe_inputs
 from glmc.view.widen import residual_embedding
 
 # (narrow model, wide widths: d_model, n_head, d_mlp): extra heads, wider heads and extra MLP units all occur

@@ -14,7 +14,7 @@ from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
-from glmc.verify import probe_inputs, verify_model
+from glmc.invariance import probe_inputs, verify_model
 from glmc.view.widen import residual_embedding
 
 CONFIGS = [  # (n_layer, n_embd, n_head, n_inner, activation, tied)

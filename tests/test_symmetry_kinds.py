@@ -100,8 +100,8 @@ def test_shared_maps_serve_consecutive_entries():
 def test_a_restricted_declaration_reaches_every_algorithm():
     """An adapter restricts a group by declaring another kind: here orthogonal per-head maps. Random elements,
     verify, inversion and weight matching's solver then all use it."""
-    from glmc.align.weight import weight_matching
-    from glmc.verify import verify_model
+    from glmc.matching.weight import weight_matching
+    from glmc.invariance import verify_model
 
     model = tiny_gpt2(n_layer=1, n_embd=16, n_head=2)
     adapter = adapter_for(model)

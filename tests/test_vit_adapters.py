@@ -14,7 +14,7 @@ from glmc.view.model_ops import canonical_model, logits, transform_model, widen_
 from glmc.models import _timm_from_kwargs, load_model, save_model
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
-from glmc.verify import probe_inputs, verify_model
+from glmc.invariance import probe_inputs, verify_model
 from glmc.view.widen import residual_embedding
 
 TOL = 1e-4

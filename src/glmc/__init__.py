@@ -1,3 +1,35 @@
-"""glmc: generalized linear mode connectivity for Transformers."""
+"""glmc: generalized linear mode connectivity for Transformers.
+
+    import glmc
+    a, b = glmc.load_model("runs/g0"), glmc.load_model("runs/g1")
+    al = glmc.align(a, b, method="weight")            # al.model_b = π(B), same function as B
+    curve = glmc.barrier(a, b, align=al)              # data from the models' glmc.json, or data="shakespeare"
+    print(curve.barrier, curve.barrier_mean)
+    merged = glmc.merge([a, b], method="weight").model
+
+help(glmc.align), help(glmc.barrier), … document each call. The names below are imported on first use, so
+`import glmc` (and the CLI) stays fast.
+"""
+
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+__all__ = ["load_model", "save_model", "align", "barrier", "merge", "verify", "Alignment", "Curve", "Simplex",
+           "Merge", "Transform", "Verification", "__version__"]
+
+if TYPE_CHECKING:
+    from glmc.api import (Alignment, Curve, Merge, Simplex, Transform, Verification, align, barrier, load_model,
+                          merge, save_model, verify)
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        import glmc.api
+
+        return getattr(glmc.api, name)
+    raise AttributeError(f"module 'glmc' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -31,3 +31,7 @@ class BadOption(GlmcError, ValueError):
 
 class DataUnavailable(GlmcError, RuntimeError):
     """A package or system data set is missing; the message says how to install it."""
+
+
+class BadData(GlmcError, ValueError):
+    """Data glmc cannot read: batches of the wrong form, type or shape, or an empty split."""

@@ -1,9 +1,10 @@
 """`glmc align A B --method … --out DIR`: write B′ = π(B), the transform and a report."""
 
+import time
+
 import click
 
-from glmc.cli.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
-                                  pick_device, save_like, write_json)
+from glmc.cli.common import check_out_path, data_options, load_eval_data, load_models, mode_option, pick_device
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
 
@@ -48,11 +49,8 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
     one (which stays fixed), and that is what is written."""
-    import time
-
-    from glmc.align import align, method_options
-    from glmc.align.nullspace import save_fill
-    from glmc.io import atomic_dir
+    from glmc.api import align
+    from glmc.matching import method_options
 
     check_out_path(out_dir, "--out", overwrite, directory=True)
     device = pick_device(data_kw.pop("device"))
@@ -60,27 +58,16 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     ds = None
     if method != "weight":
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
-    t0 = time.perf_counter()
     options = dict(data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps, progress=progress,
                    batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr, sampler=sampler,
                    null_space=null_space, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
-    al = align(a, b, method, **method_options(method, options))
+    options = method_options(method, options)
+    options.pop("data", None)
+    t0 = time.perf_counter()
+    al = align(a, b, method, data=ds, **options)
     seconds = time.perf_counter() - t0
-    report = {"schema": "glmc.align/1", "model_a": str(model_a), "model_b": str(model_b), "method": method,
-              "seconds": seconds, **al.report}
-    moved, source = (al.model_b, model_b) if al.moved == "B" else (al.model_a, model_a)
-    with atomic_dir(out_dir) as tmp:
-        if mode == "circuit":  # the paper's form: circuit.safetensors + circuit_config.json
-            from glmc.view.circuit import circuit_model
-
-            circuit_model(moved).write_files(tmp)
-        else:
-            save_like(moved, source, tmp)
-        if al.transform is not None:
-            al.transform.save(tmp / "transform.safetensors")
-        if al.fill:  # added to the transformed canonical view; with the transform, reproduces the written model
-            save_fill(al.fill, tmp / "null_space_fill.safetensors")
-        write_json(tmp / "align.json", report)
+    al.report["seconds"] = seconds
+    al.save(out_dir, overwrite=True, mode=mode)
     target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
     if "widened" in al.report:
         click.echo(f"embedded {target} exactly into the width of {ref} (max |Δlogits| "

@@ -75,35 +75,20 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
 
 def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,
              plot_path, mode, concentration=None):
-    import time
-
-    from glmc.align.merge import merge_models
-    from glmc.paths.simplex import simplex_metrics, simplex_surface
+    from glmc.api import barrier
 
     results = {}
     for method in methods:
-        if method not in ("none", "weight", "learned"):
-            raise click.UsageError(f"simplex barriers support none, weight and learned, not {method!r}")
-        t0 = time.perf_counter()
-        aligned = list(models)
-        if method != "none":
-            _, aligned, _, _ = merge_models(aligned, method, data=ds, progress=progress, steps=steps or 300,
-                                            mode=mode, concentration=concentration)
-        if mode == "circuit":
-            from glmc.view.circuit import circuit_model
-
-            aligned = [circuit_model(m) for m in aligned]
-        align_seconds = time.perf_counter() - t0
-        surface = simplex_surface(aligned, batches, ds.task, resolution, samples, progress, label=method)
-        results[method] = {**surface, **simplex_metrics(surface), "align_seconds": align_seconds,
-                           "surface_seconds": surface.pop("seconds")}
+        options = {"steps": steps or 300, "concentration": concentration} if method == "learned" else {}
+        s = barrier(models, data=ds, align=method, batches=batches, mode=mode, progress=progress,
+                    resolution=resolution, samples=samples, **options)
+        results[method] = s.to_dict()
     click.echo(f"{'method':<10}{'barrier':>10}{'centre':>10}{'align s':>9}{'grid s':>9}   (k = {len(models)})")
     for method, r in results.items():
         click.echo(f"{method:<10}{r['barrier']:>10.4f}{r['centre_excess']:>10.4f}{r['align_seconds']:>9.1f}"
                    f"{r['surface_seconds']:>9.1f}")
     result = {"schema": "glmc.simplex/1", "models": [str(p) for p in paths], "task": ds.task, "mode": mode,
-              "results": results,
-              **data_info}
+              "results": results, **data_info}
     if json_path:
         write_json(json_path, result)
         click.echo(f"wrote {json_path}")

@@ -74,9 +74,10 @@ def check_out_path(path, option: str, overwrite: bool = True, directory: bool = 
 def load_models(paths, device):
     """The models in `paths`, checked (glmc/models/checkpoint.py: files, weights, and that they can be combined), on
     `device`. A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI prints as one line."""
-    from glmc.models.checkpoint import check_group, load_checked
+    from glmc.api import load_model
+    from glmc.models.checkpoint import check_group
 
-    out = [load_checked(p)[0] for p in paths]
+    out = [load_model(p) for p in paths]
     if len(out) > 1:
         check_group(out, [str(p) for p in paths])
     return [m.to(device).eval() for m in out]
@@ -124,22 +125,10 @@ def write_json(path, obj) -> None:
 
 
 def save_like(model, source_dir, target) -> None:
-    """Save `model` into `target` (not atomic by itself: call inside glmc.io.atomic_dir) with the tokenizer and
-    the glmc.json record of the checkpoint it came from, so later commands need no data flags."""
-    from pathlib import Path
+    """Save `model` into `target` (inside glmc.io.atomic_dir) with the tokenizer and glmc.json of `source_dir`."""
+    from glmc.api.sources import write_like
 
-    from glmc.models import read_record, write_model_files
-
-    tokenizer = None
-    if (Path(source_dir) / "tokenizer.json").is_file():
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(source_dir)
-    record = read_record(source_dir)
-    if record is not None:
-        record = {**record, "derived_from": str(source_dir)}
-    Path(target).mkdir(parents=True, exist_ok=True)
-    write_model_files(model, Path(target), record=record, tokenizer=tokenizer)
+    write_like(model, source_dir, target)
 
 
 def check_plot_path(path, option: str = "--plot") -> None:
@@ -162,7 +151,7 @@ SIMPLEX_METHODS = ("none", "weight", "learned")
 
 def parse_methods(text: str, option: str, simplex: bool = False) -> list[str]:
     """Comma-separated alignment method names, each one glmc implements (for 3+ models: a simplex method)."""
-    from glmc.align import available_methods
+    from glmc.matching import available_methods
 
     methods = [m.strip() for m in text.split(",") if m.strip()]
     known = [m for m in available_methods() if not simplex or m in SIMPLEX_METHODS]

@@ -49,7 +49,7 @@ def command(out_dir, steps, methods, max_batches, progress):
 
     import torch
 
-    from glmc.align import available_methods
+    from glmc.matching import available_methods
     from glmc.cli.common import (check_out_path, load_eval_data, load_models, parse_methods, pick_device,
                                       write_json)
     from glmc.experiments.barriers import format_table, run_barriers, write_csv

@@ -2,15 +2,18 @@
 
 import click
 
-from glmc.cli.common import (check_out_path, data_options, load_eval_data, load_models, mode_option,
-                                  pick_device, write_json)
+from glmc.cli.common import check_out_path, data_options, load_eval_data, load_models, mode_option, pick_device
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("merge")
-@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.argument("models", nargs=-1, type=click.Path(exists=True, file_okay=False))
+@click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A YAML recipe (models, method, weights, mode, options, data, evaluation, output); see "
+                   "`glmc merge --help` and the README. The command line then only takes --out, --overwrite, "
+                   "--device and --progress.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Directory for the merged model; aligned/ holds each aligned model, merge.json the report.")
 @click.option("--method", default="weight", show_default=True, type=click.Choice(["weight", "learned"]))
 @click.option("--weights", default=None, help="Comma-separated merge weights (default: uniform).")
@@ -30,55 +33,69 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(models, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
+def command(models, config, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
             overwrite, progress, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
-    function (checked); the inputs are only read. Models of different widths are embedded into the widest."""
-    from glmc.align.nullspace import save_fill
-    from glmc.cli.common import save_like
+    function (checked); the inputs are only read. Models of different widths are embedded into the widest.
+    With --config, the models and every setting come from a YAML recipe instead."""
+    from glmc.api import merge
     from glmc.models.evaluate import evaluate
-    from glmc.io import atomic_dir
-    from glmc.align.merge import merge_models
 
+    device = pick_device(data_kw.pop("device"))
+    if config:
+        models, method, w, mode, options, data_kw, out_dir = _from_recipe(config, models, out_dir)
+    else:
+        if out_dir is None:
+            raise click.UsageError("give --out DIR (or a recipe with --config)")
+        w = _parse_weights(weights, len(models)) if weights else None
+        options = dict(rounds=rounds, iterations=iterations, steps=steps, lr=lr, concentration=concentration,
+                       null_space=null_space)
     if len(models) < 2:
         raise click.UsageError("give at least two models")
     check_out_path(out_dir, "--out", overwrite, directory=True)
-    w = _parse_weights(weights, len(models)) if weights else None
-    device = pick_device(data_kw.pop("device"))
     loaded = load_models(models, device)
     ds, batches, info = load_eval_data(models[0], model=loaded[0], **data_kw)
-    merged, aligned, transforms, report = merge_models(
-        loaded, method, w, rounds, iterations, data=ds, progress=progress, steps=steps, lr=lr,
-        concentration=concentration, mode=mode, null_space=null_space)
-    if mode == "circuit":  # average whole circuits (the paper's form); the result is a glmc CircuitModel
-        from glmc.view.circuit import CircuitModel, circuit_model
-
-        circuits = [circuit_model(a) for a in aligned]
-        ws = w or [1 / len(circuits)] * len(circuits)
-        params = {k.replace("__", "."): sum(wi * dict(c.p.items())[k] for wi, c in zip(ws, circuits))
-                  for k in circuits[0].p}
-        merged = CircuitModel(circuits[0].config, params).eval()
-    scores = {"merged": evaluate(merged, batches, ds.task)}
+    learned = {k: options.pop(k) for k in ("steps", "lr", "concentration") if k in options}
+    if method != "learned":
+        learned = {}
+    result = merge(loaded, method, data=ds, weights=w, mode=mode, progress=progress, **options,
+                   **{k: v for k, v in learned.items() if v is not None})
+    scores = {"merged": evaluate(result.model, batches, ds.task)}
     for i, m in enumerate(loaded):
         scores[f"model{i + 1}"] = evaluate(m, batches, ds.task)
-    report.update({"schema": "glmc.merge/1", "models": [str(m) for m in models], "scores": scores, **info})
-    with atomic_dir(out_dir) as tmp:
-        if mode == "circuit":
-            merged.write_files(tmp)
-        else:
-            save_like(merged, models[0], tmp)
-        fills = report.pop("fills", {})
-        for i, (a, t) in enumerate(zip(aligned, transforms)):
-            save_like(a, models[i], tmp / "aligned" / f"model{i + 1}")
-            if t.elements:
-                t.save(tmp / "aligned" / f"model{i + 1}" / "transform.safetensors")
-            if fills.get(i):  # an embedded narrower model: added after the transform (see glmc align --help)
-                save_fill(fills[i], tmp / "aligned" / f"model{i + 1}" / "null_space_fill.safetensors")
-        write_json(tmp / "merge.json", report)
+    result.report.update({"models": [str(m) for m in models], "scores": scores, **info})
+    if config:
+        result.report["recipe"] = str(config)
+    result.save(out_dir, overwrite=True)
     for name, s in scores.items():
         click.echo(f"{name:>8}: {info['split']} loss {s['loss']:.4f}  acc {100 * s['acc']:.2f}%")
-    click.echo(f"max |Δlogits| of the aligned models: {max(report['max_dlogits']):.2e}")
+    click.echo(f"max |Δlogits| of the aligned models: {max(result.report['max_dlogits']):.2e}")
     click.echo(f"wrote {out_dir}/ (merged model, aligned/, merge.json)")
+
+
+# what a recipe sets; with --config these may not also be given on the command line
+RECIPE_FLAGS = ("method", "weights", "rounds", "iterations", "steps", "lr", "concentration", "null_space", "mode",
+                "data", "tokenizer", "split", "batch_size", "max_batches", "max_tokens")
+
+
+def _from_recipe(config, models, out_dir):
+    from click.core import ParameterSource
+
+    from glmc.cli.recipe import read_recipe
+
+    ctx = click.get_current_context()
+    given = [f"--{k.replace('_', '-')}" for k in RECIPE_FLAGS
+             if ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
+    if models or given:
+        what = "models" if models else ", ".join(given)
+        raise click.UsageError(f"with --config, give {what} in the recipe, not on the command line")
+    r = read_recipe(config)
+    out_dir = out_dir or r.get("output")
+    if out_dir is None:
+        raise click.UsageError(f"{config} has no 'output'; add one or pass --out DIR")
+    data_kw = {"data": r.get("data"), "tokenizer": r.get("tokenizer"), "split": "test", "batch_size": 32,
+               "max_batches": None, "max_tokens": None, **r["evaluation"]}
+    return r["models"], r["method"], r.get("weights"), r["mode"], dict(r["options"]), data_kw, out_dir
 
 
 def _parse_weights(text: str, k: int) -> list[float]:

@@ -18,7 +18,7 @@ def command(model_dir, tol, seed, classes):
 
     from glmc.adapters import UnsupportedModel, adapter_for
     from glmc.models.checkpoint import load_checked
-    from glmc.verify import verify_model
+    from glmc.invariance import verify_model
 
     model, _ = load_checked(model_dir)  # a bad or unsupported checkpoint: a GlmcError, one line from the CLI
     try:

@@ -13,29 +13,22 @@ from __future__ import annotations
 import csv
 import time
 
-from glmc.align import align, method_options
-from glmc.paths.barrier import barrier_metrics, path_curve
+from glmc.api import barrier
+from glmc.matching import method_options
 from glmc.io import atomic_path
 
 
 def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,
                  mode: str = "native") -> dict:
-    """mode "circuit": align as usual, then interpolate the paper's circuit form (glmc/view/circuit.py)."""
+    """Each method's `glmc.barrier` curve on the same batches; mode "circuit": align as usual, then interpolate
+    the paper's circuit form (glmc/view/circuit.py)."""
     results = {}
     for method in methods:
-        t0 = time.perf_counter()
-        options = method_options(method, {"data": ds, "progress": progress, "mode": mode, **(align_options or {})})
-        al = align(model_a, model_b, method, **options)
-        align_seconds = time.perf_counter() - t0
-        ends = [al.model_a, al.model_b]
-        if mode == "circuit":
-            from glmc.view.circuit import circuit_model
-
-            ends = [circuit_model(m) for m in ends]
-        curve = path_curve(ends, batches, ds.task, points, progress, label=method)
-        results[method] = {**curve, **barrier_metrics(curve), "align_seconds": align_seconds,
-                           "curve_seconds": curve.pop("seconds"), "alignment": al.report, "mode": mode,
-                           "parameters": sum(p.numel() for p in ends[0].parameters())}
+        options = method_options(method, {"progress": progress, **(align_options or {})})
+        options.pop("progress", None)
+        curve = barrier(model_a, model_b, ds, points, align=method, batches=batches, mode=mode, progress=progress,
+                        **options)
+        results[method] = curve.to_dict()
     return {"task": ds.task, "points": points, "mode": mode, "results": results}
 
 

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from glmc.adapters import forward
 
+IGNORE_INDEX = -100
+
 
 def task_of_batch(batch: dict) -> str:
     if "input_ids" in batch:
@@ -46,9 +48,10 @@ def loss_and_correct(model, batch: dict, task=None, params=None, device=None):
     target = batch["targets"] if task == "lm" else batch["labels"]
     logits = logits.reshape(-1, logits.shape[-1])
     target = target.reshape(-1)
-    loss = F.cross_entropy(logits, target, reduction="sum")
-    correct = (logits.argmax(-1) == target).sum()
-    return loss, correct, int(target.numel())
+    loss = F.cross_entropy(logits, target, reduction="sum", ignore_index=IGNORE_INDEX)
+    counted = target != IGNORE_INDEX  # padding and prompts in the caller's own batches (Hugging Face style)
+    correct = ((logits.argmax(-1) == target) & counted).sum()
+    return loss, correct, int(counted.sum())
 
 
 @torch.no_grad()

@@ -138,14 +138,14 @@ class Transform:
         return {n: self.elements[n].kind for n in self.groups()}
 
     # --- safetensors round trip --------------------------------------------------------------------------
-    def save(self, path) -> None:
+    def save(self, path, metadata: dict | None = None) -> None:
         tensors, kinds = {}, {}
         for name, g in self.elements.items():
             kinds[name] = type(g).__name__
             for k, v in g.tensors().items():
                 tensors[f"{name}/{k}"] = v.contiguous()
         with atomic_path(path) as tmp:
-            save_file(tensors, str(tmp), metadata={"glmc_transform": json.dumps(kinds)})
+            save_file(tensors, str(tmp), metadata={**(metadata or {}), "glmc_transform": json.dumps(kinds)})
 
     @classmethod
     def load(cls, path) -> "Transform":

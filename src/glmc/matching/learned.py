@@ -9,7 +9,7 @@ Latent parameters for every declared group, initialised at the weight-matching s
                            are not learned in perm-only mode
   free                     for an embedded narrower model (`fill`): its free reader weights, filled toward the
                            reference plus learned offsets (`learn_free`, start 0); exact for any value
-                           (glmc/align/nullspace.py)
+                           (glmc/matching/nullspace.py)
 Each step: project, build π(θ_B) from the canonical view, draw λ, evaluate the training loss of
 (1−λ)·θ_A + λ·π(θ_B) on a training batch (the model is called with the substituted parameters through
 torch.func.functional_call, no copy), back-propagate into the latents, AdamW step (cosine schedule, warmup).
@@ -29,9 +29,9 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from glmc.align import nullspace
-from glmc.align.common import canonical_pair, finish
-from glmc.align.weight import weight_matching
+from glmc.matching import nullspace
+from glmc.matching.common import canonical_pair, finish
+from glmc.matching.weight import weight_matching
 from glmc.models.evaluate import loss_and_correct
 from glmc.symmetry.elements import DenseMap
 from glmc.symmetry.kinds import kind
@@ -50,7 +50,7 @@ LAMBDA_SAMPLERS = {
 # where validation scores the barrier of a pair: the centre, or for samplers that train the whole path, the
 # worst of three interior points (the barrier of a path between unequal models is rarely at λ = 0.5)
 SCORE_POINTS = {"uniform": (0.25, 0.5, 0.75)}
-# joint refinement of k > 2 models (glmc/align/merge.py says why these differ from the paper's Dirichlet(0.1), lr 3e-4)
+# joint refinement of k > 2 models (glmc/matching/merge.py says why these differ from the paper's Dirichlet(0.1), lr 3e-4)
 SIMPLEX_DEFAULTS = {"lr": 1e-2, "concentration": 1.0, "simplex_score": "edges"}
 
 

@@ -38,8 +38,8 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from tqdm.auto import tqdm
 
-from glmc.align.common import canonical_pair, finish, residual_keys, view_distance
-from glmc.align.nullspace import free_probes
+from glmc.matching.common import canonical_pair, finish, residual_keys, view_distance
+from glmc.matching.nullspace import free_probes
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import ScaleRotation, kind
 from glmc.symmetry.spec import group_name
@@ -319,7 +319,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True):
     """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
-    and the head, the variant learned matching starts from (see glmc/align/learned.py)."""
+    and the head, the variant learned matching starts from (see glmc/matching/learned.py)."""
     if iterations < 1:
         raise BadOption(f"weight matching needs at least 1 iteration, got {iterations}")
     residual = residual_kind(arch, residual)
@@ -356,7 +356,7 @@ def align(model_a, model_b, iterations: int = 15, residual: str | None = None, h
           progress: bool = True, mode: str = "native", fill: bool = False):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
-    free reader weights are filled with A's (glmc/align/nullspace.py)."""
+    free reader weights are filled with A's (glmc/matching/nullspace.py)."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress)

@@ -29,7 +29,7 @@ class Alignment:
     report: dict = field(default_factory=dict)
     moved: str = "B"  # which endpoint the transform moved ("A" when A was the narrower model, embedded)
     # an embedded narrower model's null-space fill: canonical key -> tensor added after the transform
-    # (glmc/align/nullspace.py); None when there was none
+    # (glmc/matching/nullspace.py); None when there was none
     fill: dict | None = None
 
 
@@ -80,7 +80,7 @@ def view_distance(view_a: dict, view_b: dict) -> float:
 @torch.no_grad()
 def max_logit_change(model, other, n: int = 2) -> float:
     from glmc.view.model_ops import logits
-    from glmc.verify import probe_inputs
+    from glmc.invariance import probe_inputs
 
     x = probe_inputs(model, n=n).to(next(model.parameters()).device)
     return float((logits(model, x) - logits(other, x)).abs().max())
@@ -99,8 +99,8 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
            tol: float = FUNCTION_TOL, probes: dict | None = None, fill_target: dict | None = None):
     """Build canonical A and B′ = π(B) as native models on the inputs' devices; check B′ has B's function before
     anything is returned (max |Δlogits| in the report; an error if over `tol`). With `probes` (an embedded
-    narrower B, glmc/align/nullspace.py), B′'s free reader weights are then filled with A's."""
-    from glmc.align.nullspace import fill_exact
+    narrower B, glmc/matching/nullspace.py), B′'s free reader weights are then filled with A's."""
+    from glmc.matching.nullspace import fill_exact
 
     canon_a = adapter.from_canonical(view_a, model_a).to(model_device(model_a))
     moved = transform.apply(view_b, arch)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 
-from glmc.align.common import Alignment, check_options, model_device
+from glmc.matching.common import Alignment, check_options, model_device
 from glmc.errors import BadOption, IncompatibleModels
 
-# method name -> module under glmc.align defining `align(model_a, model_b, ...) -> Alignment`
+# method name -> module under glmc.matching defining `align(model_a, model_b, ...) -> Alignment`
 METHODS = {
     "none": None,
     "weight": "weight",
@@ -35,7 +35,7 @@ def _method_function(method: str):
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
     if METHODS[method] is None:
         return None
-    return importlib.import_module(f"glmc.align.{METHODS[method]}").align
+    return importlib.import_module(f"glmc.matching.{METHODS[method]}").align
 
 
 def method_options(method: str, options: dict) -> dict:
@@ -60,7 +60,7 @@ def _accepted(func) -> list[str]:
 
 def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
     """Bring `model_b` next to `model_a` by a symmetry transform; see the module docstring. Options are the
-    method's own (glmc.align.weight.align, activation.align, learned.align); an unknown one raises TypeError."""
+    method's own (glmc.matching.weight.align, activation.align, learned.align); an unknown one raises TypeError."""
     func = _method_function(method)
     if _shape(model_a) != _shape(model_b):
         return _align_widths(model_a, model_b, method, **options)
@@ -84,7 +84,7 @@ def _shape(model):
 def _align_widths(model_a, model_b, method, **options) -> Alignment:
     """Different widths: embed the narrower model exactly into the wider architecture (glmc/view/widen.py), then
     align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
-    from glmc.align.common import max_logit_change
+    from glmc.matching.common import max_logit_change
     from glmc.view.model_ops import widen_model
 
     (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = _shape(model_a), _shape(model_b)
@@ -127,7 +127,7 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
 def _eps_effect(embedded, wide) -> float:
     import copy
 
-    from glmc.align.common import max_logit_change
+    from glmc.matching.common import max_logit_change
     from glmc.paths.interpolate import Interpolation
 
     probe = Interpolation([wide, embedded]).set(1.0)  # embedded weights in a model with the wide model's eps

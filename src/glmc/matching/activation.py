@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from glmc.align.common import canonical_pair, finish, model_device
-from glmc.align.nullspace import free_probes
-from glmc.align.weight import _assignment
+from glmc.matching.common import canonical_pair, finish, model_device
+from glmc.matching.nullspace import free_probes
+from glmc.matching.weight import _assignment
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
@@ -94,7 +94,7 @@ def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, Line
 def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
           fill: bool = False):
     """Activation matching on `batches` training batches of `data` (module docstring); `fill`: an embedded
-    narrower B's free reader weights are filled with A's (glmc/align/nullspace.py)."""
+    narrower B's free reader weights are filled with A's (glmc/matching/nullspace.py)."""
     if data is None:
         raise ValueError("activation matching needs data (the models' glmc.json or --data)")
     if batches < 1:

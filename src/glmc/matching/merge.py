@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from glmc.align.common import FUNCTION_TOL, canonical_cpu_view, check_compatible, max_logit_change, model_device
-from glmc.align.weight import weight_matching
+from glmc.matching.common import FUNCTION_TOL, canonical_cpu_view, check_compatible, max_logit_change, model_device
+from glmc.matching.weight import weight_matching
 from glmc.symmetry.transform import Transform
 from glmc.errors import BadOption, IncompatibleModels
 
@@ -37,7 +37,7 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
                        balanced: bool = True):
     """(transforms, per-round log): transforms[m] brings model m into the shared universe (transforms[0] is the
     identity after the first round unless later rounds move model 1 too). `balanced`: weight matching's
-    residual fit (glmc/align/weight.py)."""
+    residual fit (glmc/matching/weight.py)."""
     k = len(views)
     weights = weights or [1.0 / k] * k
     transforms = [Transform() for _ in views]
@@ -62,12 +62,12 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
                  **learned_options):
     """(merged native model, aligned native models, their transforms, report). Every aligned model is checked to
     keep its function (max |Δlogits| in the report). Embedded narrower models get their free reader weights from
-    the weighted average of the full-width ones (`null_space="fixed"`, glmc/align/nullspace.py; "off": zeros).
+    the weighted average of the full-width ones (`null_space="fixed"`, glmc/matching/nullspace.py; "off": zeros).
     Results are placed on the first model's device; the inputs are neither moved nor modified.
     `learned_options` go to the refinement (LearnedMatcher.fit: steps, lr, concentration, …) and are only used
     with method="learned"; a name fit does not take raises TypeError."""
-    from glmc.align.common import check_options
-    from glmc.align.learned import LearnedMatcher
+    from glmc.matching.common import check_options
+    from glmc.matching.learned import LearnedMatcher
 
     if method not in ("weight", "learned"):
         raise BadOption(f"unknown merge method {method!r}; choose weight or learned")
@@ -78,7 +78,7 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
     weights = weights or [1.0 / k] * k
     if abs(sum(weights) - 1) > 1e-6:
         raise BadOption(f"merge weights must sum to 1, got {weights}")
-    if balanced is None:  # learned refinement starts from the unweighted fit, as pairs do (glmc/align/learned.py)
+    if balanced is None:  # learned refinement starts from the unweighted fit, as pairs do (glmc/matching/learned.py)
         balanced = method != "learned"
     transforms, log = universe_alignment(views, arch, weights, rounds, iterations, progress, balanced)
     report = {"method": method, "weights": weights, "universe": log, "widened": widened}
@@ -104,7 +104,7 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
 def _fill_widened(aligned_views, views, transforms, widened, weights, arch):
     """(views, fills): each embedded model's free weights set to the weighted average of the models that were not
     embedded, so the merge keeps those weights whole instead of diluting them with the embedding's zeros."""
-    from glmc.align.nullspace import fill_exact, free_probes
+    from glmc.matching.nullspace import fill_exact, free_probes
 
     full = [m for m in range(len(views)) if m + 1 not in widened]
     target = average([aligned_views[m] for m in full], [weights[m] / sum(weights[j] for j in full) for m in full])
@@ -116,7 +116,7 @@ def _fill_widened(aligned_views, views, transforms, widened, weights, arch):
 
 def _common_width(models):
     """Models embedded exactly into the widest one's architecture (glmc/view/widen.py); (models, widest, which)."""
-    from glmc.align import _shape
+    from glmc.matching import _shape
     from glmc.view.model_ops import widen_model
 
     shapes = [_shape(m) for m in models]
@@ -137,7 +137,7 @@ def _common_width(models):
 
 def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=True, mode="native", **options):
     """Joint learned refinement: model 1 fixed (moved into the universe first), models 2…k learned."""
-    from glmc.align.learned import SIMPLEX_DEFAULTS, LearnedMatcher
+    from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 
     if data is None:
         raise ValueError("learned refinement trains on data (the models' glmc.json or --data)")

@@ -1,0 +1,74 @@
+"""What `data=` may be in the Python API, turned into a glmc data set for a given model.
+
+- None: the data set recorded in the glmc.json beside the model (models loaded with `glmc.load_model` from a
+  directory `glmc train` wrote), with its saved tokenizer;
+- a data spec: a string ("shakespeare", "text:PATH", "mnist", "fashion-mnist", "digits", …) or a spec dict
+  (glmc/data/spec.py); text is tokenized with the model's saved tokenizer when glmc loaded it;
+- a glmc data set (what `glmc.data.load` returns);
+- a DataLoader or any iterable of batches, or a dict of them per split (glmc/data/iterable.py).
+"""
+
+from __future__ import annotations
+
+from glmc.api.sources import source_of
+from glmc.errors import BadData
+
+
+def resolve_data(data, model, required: str | None = None):
+    """The glmc data set `data` describes, for `model`; None when data is None and nothing is recorded. With
+    `required` (what needs it, e.g. "learned matching"), a missing data set raises BadData naming the fix."""
+    import glmc.data
+    from glmc.adapters import adapter_for
+    from glmc.data.iterable import IterableData, is_batch_source
+
+    source = source_of(model)
+    task = adapter_for(model).arch(model).task
+    if data is None:
+        if source is not None and (source / "glmc.json").is_file():
+            try:
+                return glmc.data.load_for_model(source)
+            except (FileNotFoundError, ValueError):
+                pass
+        if required:
+            raise BadData(f"{required} needs data: pass data= (a spec such as 'shakespeare' or 'mnist', a DataLoader "
+                          "or an iterable of batches)")
+        return None
+    if hasattr(data, "batches") and hasattr(data, "task"):
+        return data
+    if isinstance(data, (str, dict)):
+        from glmc.models.checkpoint import check_data_fits, check_data_task
+
+        spec_task = glmc.data.parse_spec(data)["task"]
+        where = str(source) if source is not None else "the model"
+        check_data_task(spec_task, data if isinstance(data, str) else data.get("source"), model, where)
+        use_tokenizer = source if spec_task == "lm" and source is not None and _has_tokenizer(source) else None
+        ds = glmc.data.load(data, use_tokenizer=use_tokenizer)
+        check_data_fits(ds, model, where)
+        return ds
+    if is_batch_source(data):
+        return IterableData(data, task)
+    raise BadData(f"cannot use a {type(data).__name__} as data; give a spec string, a DataLoader or an iterable "
+                  "of batches")
+
+
+def _has_tokenizer(directory) -> bool:
+    return any((directory / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer_config.json"))
+
+
+def evaluation_batches(ds, model, split: str = "test", batch_size: int = 32, max_batches: int | None = None,
+                       batches=None) -> list:
+    """The batches a path is evaluated on, materialised once so every λ sees the same ones: `batches` (the
+    caller's own, any form glmc/data/iterable.py reads) or the `split` of the data set."""
+    from glmc.adapters import adapter_for
+    from glmc.data.iterable import IterableData
+
+    if batches is not None:
+        out = list(IterableData(batches, adapter_for(model).arch(model).task).batches("test"))
+    else:
+        if ds is None:
+            raise BadData("a barrier is measured on data: pass data= (a spec such as 'shakespeare' or 'mnist', a "
+                          "DataLoader or an iterable of batches)")
+        out = list(ds.batches(split, batch_size, max_batches=max_batches, shuffle=False))
+    if not out:
+        raise BadData(f"the {split} split has no batches")
+    return out

@@ -1,0 +1,298 @@
+"""The Python API: load, align, measure barriers, merge and verify models held in memory.
+
+The CLI (glmc/cli) is a thin layer over these functions; they take and return native models (Hugging Face or
+timm modules) and never move or modify their inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from glmc.api.data import evaluation_batches, resolve_data
+from glmc.api.results import Alignment, Curve, Merge, Simplex
+from glmc.api.sources import remember, source_of, write_like
+from glmc.api.transform import Transform
+from glmc.errors import BadCheckpoint, BadOption
+
+SIMPLEX_METHODS = ("none", "weight", "learned")
+
+
+def load_model(path_or_id, device=None):
+    """Load a model glmc can align, in eval mode.
+
+    Args:
+        path_or_id: a model directory (Hugging Face `save_pretrained` output, a timm directory, or what `glmc
+            train` / `glmc align` wrote), or a Hugging Face hub id already in the local HF cache (glmc never
+            downloads).
+        device: where to put the model ("cpu", "cuda", "cuda:1", a torch.device); None leaves it on the CPU.
+
+    Returns:
+        The native model (a Hugging Face or timm module). glmc remembers its directory, so data specs use its saved
+        tokenizer and saved results keep its tokenizer and training record.
+
+    Raises:
+        BadCheckpoint: missing, truncated, pickle-only or otherwise unreadable files; a hub id not in the cache.
+        UnsupportedModel: a model family or feature glmc cannot transform exactly.
+    """
+    from glmc.models.checkpoint import load_checked
+
+    path = Path(path_or_id).expanduser()
+    if not path.exists():
+        path = _hub_snapshot(str(path_or_id))
+    model, _ = load_checked(path)
+    remember(model, path)
+    if device is not None:
+        model.to(device)
+    return model
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    if repo_id.count("/") > 1 or repo_id.startswith((".", "/", "~")):
+        raise BadCheckpoint(f"{repo_id}: no such directory")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:
+        raise BadCheckpoint(f"{repo_id} is neither a directory nor a model in the local Hugging Face cache; give a "
+                            f"model directory, or download it first (huggingface-cli download {repo_id})") from None
+
+
+def save_model(model, directory, overwrite: bool = False) -> Path:
+    """Write `model` to `directory` atomically, in its family's own format (for Hugging Face models exactly
+    what `save_pretrained` writes), with the tokenizer and glmc.json of the directory it was loaded from."""
+    from glmc.io import atomic_dir
+
+    with atomic_dir(directory, overwrite=overwrite) as tmp:
+        write_like(model, source_of(model), tmp)
+    return Path(directory)
+
+
+def align(model_a, model_b, method: str = "weight", data=None, **options) -> Alignment:
+    """Find the symmetry transform π that brings `model_b` next to `model_a`.
+
+    Args:
+        model_a, model_b: native models of one family and depth. If their widths differ, the narrower one is
+            embedded exactly into the wider architecture first and aligned to the wider one, which stays fixed.
+        method: "weight" (data-free weight matching), "activation" (correlation of activations), "learned"
+            (the paper's Algorithm 1, started from weight matching), "learned-perm" (permutations only, the
+            Git Re-Basin straight-through baseline) or "none" (the raw pair).
+        data: what activation and learned matching train on: a spec ("shakespeare", "mnist", …), a DataLoader
+            or any iterable of batches (token tensors, or (images, labels) pairs), or a dict of them per split;
+            None: the data recorded beside model A (see glmc/api/data.py).
+        **options: the method's own, keyword only (an unknown one raises TypeError listing the valid ones):
+            weight: iterations=15, residual=None ("permutation": the residual permutation subgroup),
+                head_maps=True, mode="native", progress=True
+            activation: batches=32, batch_size=32, progress=True
+            learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
+                lr=1e-3, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
+                "gaussian"), bias=0.0, batch_size=32, eval_every=50, eval_batches=8, patience=None, seed=0,
+                soft=False, iterations=15 (of the weight-matching start), mode="native", progress=True
+            pairs of different widths: null_space="learned" (learned matching) or "fixed" / "off"
+
+    Returns:
+        An `Alignment`: `.model_b` is π(B), a native model with exactly B's function (checked: max |Δlogits|
+        ≤ 1e-4, in `.report`), `.transform` the `glmc.Transform` π, `.save(directory)` writes them.
+
+    Raises:
+        IncompatibleModels: different families, depths or head layouts. BadOption: an option value glmc cannot
+        use. BadData: a data-driven method without data. TypeError: an unknown option.
+    """
+    from glmc.matching import METHODS, _method_function, align as match
+
+    if method not in METHODS:
+        raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
+    func = _method_function(method)
+    if func is not None and "data" in _parameters(func):
+        options["data"] = resolve_data(data, model_a, required=f"{method} matching")
+    al = match(model_a, model_b, method, **options)
+    groups = _groups(al.model_a)
+    transform = None if al.transform is None else Transform(al.transform, groups)
+    return Alignment(al.model_a, al.model_b, transform, al.report, method, al.moved, al.fill,
+                     (source_of(model_a), source_of(model_b)))
+
+
+_align_pair = align  # `barrier` takes an argument named `align`
+
+
+def _parameters(func) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(func).parameters)
+
+
+def _groups(model):
+    from glmc.adapters import adapter_for
+
+    return dict(adapter_for(model).arch(model).groups)
+
+
+def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, split: str = "test",
+            batch_size: int = 32, max_batches: int | None = None, batches=None, mode: str = "native",
+            progress: bool = True, resolution: int = 10, samples: int = 64, **align_options):
+    """Loss and accuracy along the straight line between two models (or over the simplex of several).
+
+    Args:
+        model_a, model_b: the endpoints; or `model_a` a list of k ≥ 2 models (and no `model_b`): k ≥ 3 gives the
+            simplex Σ λ_m·θ_m.
+        data: evaluation (and, for data-driven alignment, training) data; see `glmc.align`.
+        points: λ grid points, endpoints included (pairs).
+        align: None or "none" (the raw checkpoints), a method name (aligned first, with `align_options`), or an
+            `Alignment` already computed for this pair. Several models: "none", "weight" or "learned", each
+            aligning all models to a shared universe (see `glmc.merge`).
+        split, batch_size, max_batches: which batches of `data` to evaluate on; `batches`: the caller's own
+            evaluation batches instead.
+        mode: "native" (standard models) or "circuit" (the paper's circuit form: heads as QK/OV circuits).
+        resolution, samples: the simplex grid (3 models: steps per edge; more: random points).
+
+    Returns:
+        A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
+        `.barrier_mean` — Git Re-Basin's —, `.plot()`, `.to_json()`), or a `Simplex` for three or more models.
+    """
+    from glmc.paths.barrier import path_curve
+
+    models = list(model_a) if isinstance(model_a, (list, tuple)) else [model_a, model_b]
+    if any(m is None for m in models) or len(models) < 2:
+        raise TypeError("barrier needs two models (model_a, model_b) or a list of at least two")
+    if mode not in ("native", "circuit"):
+        raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
+    method = "none" if align is None else align.method if isinstance(align, Alignment) else align
+    needs_data = batches is None or method in ("activation", "learned", "learned-perm")
+    ds = resolve_data(data, models[0], required="a barrier" if needs_data and batches is None else None)
+    if len(models) > 2:
+        return _simplex(models, ds, method, evaluation_batches(ds, models[0], split, batch_size, max_batches,
+                                                                batches), mode, progress, resolution, samples,
+                        align_options)
+    t0 = time.perf_counter()
+    if isinstance(align, Alignment):
+        al = align
+    elif method == "none":
+        al = None
+    else:
+        al = _align_pair(models[0], models[1], method, data=ds, progress=progress,
+                                **_with_mode(method, mode, align_options))
+    align_seconds = time.perf_counter() - t0
+    ends = models if al is None else [al.model_a, al.model_b]
+    evals = evaluation_batches(ds, models[0], split, batch_size, max_batches, batches)
+    if mode == "circuit":
+        from glmc.view.circuit import circuit_model
+
+        ends = [circuit_model(m) for m in ends]
+    task = _task(models[0])
+    c = path_curve(ends, evals, task, points, progress, label=method)
+    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode,
+            "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals)}
+    if batches is None:
+        info["split"] = split
+    return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info)
+
+
+def _with_mode(method: str, mode: str, options: dict) -> dict:
+    """The align options with `mode` for the methods that take it (weight and learned matching)."""
+    if method in ("weight", "learned", "learned-perm"):
+        return {**options, "mode": mode}
+    return dict(options)
+
+
+def _task(model) -> str:
+    from glmc.adapters import adapter_for
+
+    return adapter_for(model).arch(model).task
+
+
+def _simplex(models, ds, method, evals, mode, progress, resolution, samples, options) -> Simplex:
+    from glmc.paths.simplex import simplex_surface
+
+    if method not in SIMPLEX_METHODS:
+        raise BadOption(f"simplex barriers (3+ models) support {', '.join(SIMPLEX_METHODS)}, not {method!r}")
+    t0 = time.perf_counter()
+    aligned = list(models)
+    if method != "none":
+        aligned = merge(models, method, data=ds, progress=progress, mode=mode, **options).aligned
+    ends = aligned
+    if mode == "circuit":
+        from glmc.view.circuit import circuit_model
+
+        ends = [circuit_model(m) for m in aligned]
+    align_seconds = time.perf_counter() - t0
+    s = simplex_surface(ends, evals, _task(models[0]), resolution, samples, progress, label=method)
+    info = {"align_seconds": align_seconds, "surface_seconds": s["seconds"], "mode": mode, "n_batches": len(evals)}
+    return Simplex([list(p) for p in s["points"]], s["loss"], s["acc"], method, aligned, info)
+
+
+def merge(models, method: str = "weight", data=None, weights=None, *, rounds: int = 3, iterations: int = 5,
+          mode: str = "native", null_space: str = "fixed", progress: bool = True, **learned_options) -> Merge:
+    """Align every model to a shared universe and average them into one model of the same architecture.
+
+    Args:
+        models: two or more native models of one family and depth (narrower ones are embedded into the widest).
+        method: "weight" (universe weight matching: start from model 1, align each model to the current average,
+            re-average, `rounds` times) or "learned" (then refine all transforms jointly with λ drawn on the
+            simplex; needs `data`).
+        data: training data for "learned"; see `glmc.align`.
+        weights: merge weights, one per model, summing to 1 (default uniform).
+        rounds, iterations: universe rounds, and weight-matching iterations per alignment.
+        mode: "native", or "circuit" to average the paper's circuit form (the result is a glmc CircuitModel).
+        null_space: embedded narrower models' free reader weights: "fixed" (the full-width models' average) or
+            "off" (zero); exact either way.
+        **learned_options: the refinement's (method="learned"): steps=300, lr=1e-2, concentration=1.0 (λ ~
+            Dirichlet), batch_size=32, eval_every=50, eval_batches=8, patience=None, seed=0, simplex_score="edges".
+
+    Returns:
+        A `Merge`: `.model` (the merged model), `.aligned` (each input aligned, same function), `.transforms`,
+        `.report`, `.save(directory)`.
+    """
+    from glmc.matching.merge import merge_models
+
+    models = list(models)
+    if len(models) < 2:
+        raise TypeError("merge needs at least two models")
+    if mode not in ("native", "circuit"):
+        raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
+    ds = resolve_data(data, models[0], required="learned merging" if method == "learned" else None)
+    if method == "learned":
+        learned_options.setdefault("steps", 300)
+    merged, aligned, transforms, report = merge_models(models, method, weights, rounds, iterations, data=ds,
+                                                       progress=progress, mode=mode, null_space=null_space,
+                                                       **learned_options)
+    if mode == "circuit":  # average whole circuits (the paper's form)
+        from glmc.view.circuit import CircuitModel, circuit_model
+
+        circuits = [circuit_model(a) for a in aligned]
+        ws = report["weights"]
+        params = {k.replace("__", "."): sum(w * dict(c.p.items())[k] for w, c in zip(ws, circuits))
+                  for k in circuits[0].p}
+        merged = CircuitModel(circuits[0].config, params).eval()
+    groups = _groups(aligned[0])
+    return Merge(merged, aligned, [Transform(t, groups) for t in transforms], report,
+                 [source_of(m) for m in models], mode)
+
+
+def verify(model, classes=None, seed: int = 0, tol: float = 1e-4) -> dict:
+    """Apply random elements of every symmetry class the model declares (alone, composed, inverted, and the
+    exact widening) and measure how far the logits move.
+
+    Returns:
+        {class name: max |Δlogits|}; every value ≤ `tol` means the transforms keep the function, as they must.
+        The full checks (|Δloss|, seconds, ok) are in the dict's `.checks` attribute.
+
+    Raises:
+        UnsupportedModel: a class in `classes` that is not exact for this model.
+    """
+    from glmc.invariance import verify_model
+
+    checks = verify_model(model, seed=seed, tol=tol, classes=classes)
+    out = Verification({c.name: c.max_dlogits for c in checks})
+    out.checks = checks
+    return out
+
+
+class Verification(dict):
+    """{class: max |Δlogits|}, with `.checks` (the full records) and `.ok` (every class within tolerance)."""
+
+    checks: list
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)

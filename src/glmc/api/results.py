@@ -1,0 +1,268 @@
+"""Result objects of the Python API: what `glmc.align`, `glmc.barrier` and `glmc.merge` return.
+
+Every result keeps its numbers as plain attributes, says what it holds in its repr, and turns into JSON (the
+same schema the CLI writes) with `to_json()`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from glmc.api.transform import Transform
+
+
+@dataclass
+class Alignment:
+    """Model B brought next to model A by a symmetry transform (`glmc.align`).
+
+    Attributes:
+        model_a: A as interpolated: canonical (norm gains folded, writers centred), same function as the input A;
+            the input itself for method "none". For pairs of different widths, the embedded model when A was the
+            narrower one.
+        model_b: B′ = π(B), a native model of B's architecture with exactly B's function (checked).
+        transform: π (a `glmc.Transform`), or None for method "none".
+        report: what the method measured (distances before/after, max |Δlogits|, timings, per-method details).
+        method: the alignment method.
+        moved: "B" (usually), or "A" when A was the narrower model of a width pair and was embedded.
+        fill: an embedded narrower model's null-space fill (canonical key -> tensor), or None.
+    """
+
+    model_a: object
+    model_b: object
+    transform: Transform | None
+    report: dict = field(default_factory=dict)
+    method: str = "weight"
+    moved: str = "B"
+    fill: dict | None = None
+    sources: tuple = (None, None)  # directories the inputs were loaded from, when glmc loaded them
+
+    @property
+    def moved_model(self):
+        """The model the transform moved: B′, or the embedded A of a width pair."""
+        return self.model_b if self.moved == "B" else self.model_a
+
+    def __repr__(self) -> str:
+        r = self.report
+        dist = (f", distance {r['distance_before']:.4f} → {r['distance_after']:.4f}" if "distance_after" in r else "")
+        return f"glmc.Alignment(method={self.method!r}{dist}, moved {self.moved})"
+
+    def save(self, directory, overwrite: bool = False, mode: str = "native") -> Path:
+        """Write the moved model (a standard checkpoint; with mode="circuit" the paper's circuit form), the
+        transform (transform.safetensors), any null-space fill and the report (align.json), atomically."""
+        from glmc.api.sources import write_like
+        from glmc.io import atomic_dir
+
+        source = self.sources[1] if self.moved == "B" else self.sources[0]
+        with atomic_dir(directory, overwrite=overwrite) as tmp:
+            if mode == "circuit":
+                from glmc.view.circuit import circuit_model
+
+                circuit_model(self.moved_model).write_files(tmp)
+            else:
+                write_like(self.moved_model, source, tmp)
+            if self.transform is not None:
+                self.transform.save(tmp / "transform.safetensors")
+            if self.fill:
+                from glmc.matching.nullspace import save_fill
+
+                save_fill(self.fill, tmp / "null_space_fill.safetensors")
+            (tmp / "align.json").write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return Path(directory)
+
+    def to_dict(self) -> dict:
+        a, b = (None if s is None else str(s) for s in self.sources)
+        return {"schema": "glmc.align/1", "model_a": a, "model_b": b, "method": self.method, "moved": self.moved,
+                **self.report}
+
+
+@dataclass
+class Curve:
+    """Loss and accuracy along θ(λ) = (1−λ)·θ_A + λ·θ_B′ (`glmc.barrier`).
+
+    Attributes:
+        lambdas, loss, accuracy: the grid (0 = A, 1 = B′) and the mean loss and accuracy at each point.
+        method: how B was aligned first ("none": the raw checkpoints).
+        alignment: the `Alignment` used (None for "none").
+        info: data, split, batches, timings and mode.
+    """
+
+    lambdas: list
+    loss: list
+    accuracy: list
+    method: str = "none"
+    alignment: Alignment | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict:
+        """Every barrier metric (glmc/paths/barrier.py): loss_barrier, loss_barrier_mean, acc_drop, …"""
+        from glmc.paths.barrier import barrier_metrics
+
+        return barrier_metrics({"lambdas": self.lambdas, "loss": self.loss, "acc": self.accuracy})
+
+    @property
+    def barrier(self) -> float:
+        """The paper's loss barrier: max_λ L(λ) − [(1−λ)·L(0) + λ·L(1)]."""
+        return self.metrics["loss_barrier"]
+
+    @property
+    def barrier_mean(self) -> float:
+        """Git Re-Basin's loss barrier: max_λ L(λ) − [L(0) + L(1)]/2."""
+        return self.metrics["loss_barrier_mean"]
+
+    @property
+    def accuracy_drop(self) -> float:
+        """max_λ [(1−λ)·A(0) + λ·A(1)] − A(λ)."""
+        return self.metrics["acc_drop"]
+
+    def __repr__(self) -> str:
+        return (f"glmc.Curve(method={self.method!r}, {len(self.lambdas)} points, barrier={self.barrier:.4f}, "
+                f"barrier_mean={self.barrier_mean:.4f})")
+
+    def to_dict(self) -> dict:
+        """The CLI's per-method JSON entry (glmc barrier --json): curve, metrics, timings, alignment report."""
+        out = {"lambdas": list(self.lambdas), "loss": list(self.loss), "acc": list(self.accuracy), **self.metrics,
+               **self.info}
+        if self.alignment is not None:
+            out["alignment"] = self.alignment.report
+        return out
+
+    def to_json(self, path=None) -> str:
+        """The curve as JSON text; also written (atomically) to `path` when given."""
+        return _json(self.to_dict(), path)
+
+    def plot(self, ax=None, accuracy: bool = False, **style):
+        """Draw the loss (or, with accuracy=True, the accuracy in %) against λ on `ax` (a new figure if None);
+        returns the axes."""
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(figsize=(5.2, 3.8))
+        y = [100 * a for a in self.accuracy] if accuracy else self.loss
+        ax.plot(self.lambdas, y, marker="o", ms=3, label=style.pop("label", self.method), **style)
+        ax.set(xlabel="λ  (0 = model A, 1 = model B′)", ylabel="accuracy (%)" if accuracy else "loss")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        return ax
+
+
+@dataclass
+class Simplex:
+    """Loss over the simplex θ(λ) = Σ λ_m·θ_m of k ≥ 3 models (`glmc.barrier` with a list of models).
+
+    Attributes:
+        points: the interpolation weights evaluated (a triangular grid for 3 models, sampled beyond).
+        loss, accuracy: at each point.
+        method: how the models were aligned to a shared universe first.
+        aligned: the aligned models (the inputs for "none").
+    """
+
+    points: list
+    loss: list
+    accuracy: list
+    method: str = "none"
+    aligned: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict:
+        from glmc.paths.simplex import simplex_metrics
+
+        return simplex_metrics({"points": [tuple(p) for p in self.points], "loss": self.loss})
+
+    @property
+    def barrier(self) -> float:
+        """The multi-model barrier max_λ [L(Σλ_m·θ_m) − Σλ_m·L(θ_m)]."""
+        return self.metrics["barrier"]
+
+    def __repr__(self) -> str:
+        return f"glmc.Simplex(method={self.method!r}, k={len(self.points[0])}, barrier={self.barrier:.4f})"
+
+    def to_dict(self) -> dict:
+        return {"points": [list(p) for p in self.points], "loss": list(self.loss), "acc": list(self.accuracy),
+                **self.metrics, **self.info}
+
+    def to_json(self, path=None) -> str:
+        return _json(self.to_dict(), path)
+
+    def plot(self, ax=None):
+        """A ternary heat map of the excess loss with its zero contour (3 models); returns the axes."""
+        import matplotlib.tri as mtri
+        import numpy as np
+
+        if len(self.points[0]) != 3:
+            raise ValueError("a ternary plot needs exactly 3 models")
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(figsize=(4.4, 4.0))
+        p, z = np.array(self.points), np.array(self.metrics["excess"])
+        tri = mtri.Triangulation(p[:, 1] + 0.5 * p[:, 2], (np.sqrt(3) / 2) * p[:, 2])
+        ax.tricontourf(tri, z, levels=np.linspace(min(0.0, z.min()), max(z.max(), 1e-9), 21), cmap="magma_r")
+        if z.min() < 0 < z.max():
+            ax.tricontour(tri, z, levels=[0.0], colors="cyan", linewidths=1.2)
+        ax.plot([0, 1, 0.5, 0], [0, 0, np.sqrt(3) / 2, 0], color="k", lw=0.8)
+        ax.set_title(f"{self.method}: barrier {self.barrier:.3f}", fontsize=9)
+        ax.set_axis_off()
+        return ax
+
+
+@dataclass
+class Merge:
+    """Several models aligned to a shared universe and averaged (`glmc.merge`).
+
+    Attributes:
+        model: the merged model (a native checkpoint of the widest input's architecture; a glmc CircuitModel
+            with mode="circuit").
+        aligned: each input, aligned (same function as that input, checked).
+        transforms: each input's `glmc.Transform` into the universe.
+        report: weights, universe rounds, refinement log, max |Δlogits| of every aligned model.
+    """
+
+    model: object
+    aligned: list
+    transforms: list
+    report: dict = field(default_factory=dict)
+    sources: list = field(default_factory=list)
+    mode: str = "native"
+
+    def __repr__(self) -> str:
+        return f"glmc.Merge({len(self.aligned)} models, method={self.report.get('method')!r}, mode={self.mode!r})"
+
+    def save(self, directory, overwrite: bool = False) -> Path:
+        """Write the merged model, aligned/model{i}/ (each aligned model with its transform and any null-space
+        fill) and merge.json, atomically."""
+        from glmc.api.sources import write_like
+        from glmc.io import atomic_dir
+        from glmc.matching.nullspace import save_fill
+
+        sources = list(self.sources) + [None] * (len(self.aligned) - len(self.sources))
+        report = {k: v for k, v in self.report.items() if k != "fills"}
+        fills = self.report.get("fills", {})
+        with atomic_dir(directory, overwrite=overwrite) as tmp:
+            if self.mode == "circuit":
+                self.model.write_files(tmp)
+            else:
+                write_like(self.model, sources[0], tmp)
+            for i, (a, t) in enumerate(zip(self.aligned, self.transforms)):
+                sub = tmp / "aligned" / f"model{i + 1}"
+                write_like(a, sources[i], sub)
+                if t.elements:
+                    t.save(sub / "transform.safetensors")
+                if fills.get(i):  # an embedded narrower model: added after its transform
+                    save_fill(fills[i], sub / "null_space_fill.safetensors")
+            (tmp / "merge.json").write_text(json.dumps({"schema": "glmc.merge/1", **report}, indent=2,
+                                                       default=str) + "\n")
+        return Path(directory)
+
+
+def _json(obj: dict, path) -> str:
+    text = json.dumps(obj, indent=2, default=str) + "\n"
+    if path is not None:
+        from glmc.io import atomic_path
+
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text)
+    return text
