@@ -86,8 +86,8 @@ def main(argv=None):
 
     import glmc.data
     from glmc.matching import align, method_options
-    from glmc.paths.barrier import barrier_metrics, path_curve
     from glmc.models import load_model
+    from glmc.paths.barrier import barrier_metrics, path_curve
 
     rows, results = [], {}
     for task in args.tasks.split(","):
@@ -141,7 +141,9 @@ def write(rows, results, out: Path):
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
     (out / "barriers.md").write_text("\n".join(md) + "\n")
-    (out / "barriers.csv").write_text("\n".join([",".join(cols)] + [",".join(_fmt(r[c]) for c in cols) for r in rows]) + "\n")
+    (out / "barriers.csv").write_text(
+        "\n".join([",".join(cols)] + [",".join(_fmt(r[c]) for c in cols) for r in rows]) + "\n"
+    )
     (out / "barriers.json").write_text(json.dumps(results, indent=1, default=str))
     print("\n".join(md))
 

@@ -48,11 +48,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import glmc.data
+    from glmc.experiments.plots import plot_curves, plot_simplex
     from glmc.matching import align, method_options
-    from glmc.paths.barrier import barrier_metrics, path_curve
     from glmc.matching.merge import merge_models
     from glmc.models import load_model
-    from glmc.experiments.plots import plot_curves, plot_simplex
+    from glmc.paths.barrier import barrier_metrics, path_curve
     from glmc.paths.simplex import simplex_metrics, simplex_surface
 
     extra = args.train_args.split()

@@ -22,16 +22,16 @@ import torch
 
 from conftest import run_cli
 from glmc.adapters import UnsupportedModel, adapter_for
+from glmc.invariance import probe_inputs, verify_model
 from glmc.matching.common import view_distance
 from glmc.matching.weight import weight_matching
-from glmc.view.canonical import canonicalise
-from glmc.view.model_ops import canonical_model, logits, transform_model
 from glmc.models import load_model, save_model
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform, resolve
 from glmc.symmetry.spec import group_name, instantiate
 from glmc.symmetry.transform import Transform
-from glmc.invariance import probe_inputs, verify_model
+from glmc.view.canonical import canonicalise
+from glmc.view.model_ops import canonical_model, logits, transform_model
 
 TOL = 1e-4  # function preservation (max |Δlogits|, |Δloss|) and weight restoration
 MATCH_TOL = 1e-6  # relative weight distance after weight matching recovers a planted symmetry

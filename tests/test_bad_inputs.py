@@ -141,7 +141,7 @@ def _snapshot(*roots) -> dict:
     """{path: sha256} of every file (and the set of directories) below `roots`, hidden entries included."""
     out = {}
     for root in roots:
-        for dirpath, dirs, files in os.walk(root):
+        for dirpath, _dirs, files in os.walk(root):
             out[dirpath] = "dir"
             for f in files:
                 p = os.path.join(dirpath, f)

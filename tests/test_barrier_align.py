@@ -9,10 +9,10 @@ import torch
 from conftest import run_cli
 from glmc.adapters import adapter_for
 from glmc.matching import align
-from glmc.paths.barrier import barrier_metrics, path_curve
-from glmc.view.model_ops import logits, transform_model
 from glmc.models import load_model, save_model
+from glmc.paths.barrier import barrier_metrics, path_curve
 from glmc.symmetry.random import random_full_transform
+from glmc.view.model_ops import logits, transform_model
 
 
 def _digest(directory):

@@ -7,10 +7,10 @@ import torch
 
 from conftest import run_cli, tiny_gpt2
 from glmc.adapters import adapter_for
+from glmc.invariance import probe_inputs
+from glmc.symmetry.random import random_class_element
 from glmc.view.circuit import CircuitModel, circuit_model, circuit_params, parameter_count
 from glmc.view.model_ops import canonical_view, logits
-from glmc.symmetry.random import random_class_element
-from glmc.invariance import probe_inputs
 
 
 def _perturbed(model):

@@ -7,9 +7,9 @@ import transformers
 
 from conformance import AdapterConformance, max_diff
 from glmc.adapters import UnsupportedModel, adapter_for
-from glmc.symmetry.elements import IndexMap, LinearMap
-from glmc.symmetry.kinds import kind
 from glmc.invariance import probe_inputs
+from glmc.symmetry.elements import IndexMap
+from glmc.symmetry.kinds import kind
 from glmc.view.model_ops import canonical_model, transform_model
 
 CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}

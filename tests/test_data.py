@@ -1,6 +1,5 @@
 """Every data source and tokenizer of glmc.data, on real files (synthetic ones only for user formats)."""
 
-import gzip
 import io
 import pickle
 from pathlib import Path
@@ -11,12 +10,11 @@ import torch
 from transformers import AutoTokenizer
 
 import glmc.data as D
+from conftest import TINY_SHAKESPEARE, needs_tiny_shakespeare, text_corpus
 from glmc.data.images import FASHION_DIRS
 from glmc.data.mnist_pickle import ArrayOnlyUnpickler
 from glmc.data.text import safe_cut, split_text
 from glmc.data.tokenizer import build_tokenizer, encode
-
-from conftest import TINY_SHAKESPEARE, needs_tiny_shakespeare, text_corpus
 
 TINY = text_corpus()
 TINY_SPEC = f"text:{TINY}"
@@ -181,7 +179,7 @@ def test_image_folder(tmp_path):
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    for c, name in enumerate(["cat", "dog"]):
+    for _c, name in enumerate(["cat", "dog"]):
         (tmp_path / name).mkdir()
         for i in range(10):
             Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / name / f"{i}.png")

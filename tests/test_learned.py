@@ -7,9 +7,9 @@ from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.matching.learned import Latents
 from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn
-from glmc.view.canonical import canonicalise
 from glmc.symmetry.random import random_full_transform
 from glmc.symmetry.transform import apply_elements
+from glmc.view.canonical import canonicalise
 
 
 def test_polar_gradient_is_correct_at_and_away_from_orthogonal_points():

@@ -79,8 +79,8 @@ def test_narrow_model_aligned_to_a_wide_one(vit_models, tmp_path):
     # the written files reproduce it: embed, transform, then add the null-space fill
     from safetensors.torch import load_file
 
-    from glmc.view.model_ops import canonical_view, widen_model
     from glmc.symmetry.transform import Transform
+    from glmc.view.model_ops import canonical_view, widen_model
 
     assert json.loads((tmp_path / "n2w" / "align.json").read_text())["null_space"] == "fixed"
     embedded = widen_model(narrow, 64, n_head=4, d_mlp=128)

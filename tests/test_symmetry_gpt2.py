@@ -7,14 +7,14 @@ import torch
 
 from conftest import tiny_gpt2
 from glmc.adapters import UnsupportedModel, adapter_for
-from glmc.view.canonical import canonicalise, is_canonical
-from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
+from glmc.invariance import probe_inputs, verify_model
 from glmc.symmetry import spec
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
-from glmc.invariance import probe_inputs, verify_model
+from glmc.view.canonical import canonicalise, is_canonical
+from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
 from glmc.view.widen import residual_embedding
 
 CONFIGS = [  # (n_layer, n_embd, n_head, n_inner, activation, tied)
@@ -47,7 +47,8 @@ def test_every_class_alone_and_composed_keeps_logits(cfg, seed):
     model = tiny_gpt2(*cfg, seed=seed)
     checks = verify_model(model, seed=seed)
     names = {c.name for c in checks}
-    assert {"canonical", "residual", "residual:permutation", "heads", "qk", "ov", "mlp", "rectangular", "composed"} <= names
+    assert {"canonical", "residual", "residual:permutation", "heads", "qk", "ov", "mlp", "rectangular",
+            "composed"} <= names
     assert ("mlp:semi-permutation" in names) == (cfg[4] == "relu")
     for c in checks:
         assert c.max_dlogits <= TOL and c.dloss <= TOL, c
@@ -80,7 +81,8 @@ def test_transformed_model_moves_weights_but_not_function():
 def test_inverse_restores_weights():
     model = canonical_model(tiny_gpt2())
     t = random_full_transform(adapter_for(model).arch(model), torch.Generator().manual_seed(4))
-    back = transform_model(transform_model(model, t), t.inverse(adapter_for(model).arch(model)), canonicalise_first=False)
+    back = transform_model(transform_model(model, t), t.inverse(adapter_for(model).arch(model)),
+                           canonicalise_first=False)
     for (k, a), b in zip(model.state_dict().items(), back.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-4), k
 
@@ -112,7 +114,9 @@ def test_residual_map_needs_the_ones_direction_fixed():
     d = model.config.n_embd
     q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     bad = transform_model(model, Transform({"residual": LinearMap(q)}), canonicalise_first=False)
-    good = transform_model(model, Transform({"residual": kind("orthogonal-fixing-ones").random(d, None, torch.Generator())}))
+    good = transform_model(
+        model, Transform({"residual": kind("orthogonal-fixing-ones").random(d, None, torch.Generator())})
+    )
     assert _max_diff(model, bad, x) > 1e-2
     assert _max_diff(model, good, x) <= TOL
 

@@ -9,12 +9,12 @@ import torch
 
 from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
-from glmc.view.canonical import canonicalise
 from glmc.symmetry.elements import DenseMap, IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import KINDS, ScaleRotation, kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.spec import GroupSpec
 from glmc.symmetry.transform import apply_elements
+from glmc.view.canonical import canonicalise
 
 INVERTIBLE = [k for k, v in KINDS.items() if v.invertible]
 
@@ -100,8 +100,8 @@ def test_shared_maps_serve_consecutive_entries():
 def test_a_restricted_declaration_reaches_every_algorithm():
     """An adapter restricts a group by declaring another kind: here orthogonal per-head maps. Random elements,
     verify, inversion and weight matching's solver then all use it."""
-    from glmc.matching.weight import weight_matching
     from glmc.invariance import verify_model
+    from glmc.matching.weight import weight_matching
 
     model = tiny_gpt2(n_layer=1, n_embd=16, n_head=2)
     adapter = adapter_for(model)

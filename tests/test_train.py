@@ -8,12 +8,11 @@ import torch
 from click.testing import CliRunner
 
 import glmc.data as D
-from glmc.cli import main
-from glmc.models.evaluate import evaluate
-from glmc.models import build_model, load_model
-from glmc.training.train import TrainConfig, data_shape, lr_factor, run, seed_everything, train_loop
-
 from conftest import text_corpus
+from glmc.cli import main
+from glmc.models import build_model, load_model
+from glmc.models.evaluate import evaluate
+from glmc.training.train import TrainConfig, data_shape, lr_factor, run, seed_everything, train_loop
 
 TINY = text_corpus()
 GPT2_SHAPE = dict(layers=1, width=32, heads=2, mlp=64)

@@ -10,11 +10,10 @@ from click.testing import CliRunner
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.timm_vit import TimmViTAdapter
-from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
+from glmc.invariance import probe_inputs, verify_model
 from glmc.models import _timm_from_kwargs, load_model, save_model
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
-from glmc.symmetry.transform import Transform
-from glmc.invariance import probe_inputs, verify_model
+from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
 from glmc.view.widen import residual_embedding
 
 TOL = 1e-4

@@ -8,8 +8,8 @@ from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.matching import align
 from glmc.paths.barrier import barrier_metrics, path_curve
-from glmc.view.model_ops import transform_model
 from glmc.symmetry.random import random_full_transform
+from glmc.view.model_ops import transform_model
 
 
 def _perturbed(model):

@@ -15,12 +15,25 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "save_model", "align", "barrier", "merge", "verify", "Alignment", "Curve", "Simplex",
-           "Merge", "Transform", "Verification", "__version__"]
+__all__ = ["load_model", "save_model", "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
+           "Simplex", "Merge", "Transform", "Verification", "__version__"]
 
 if TYPE_CHECKING:
-    from glmc.api import (Alignment, Curve, Merge, Simplex, Transform, Verification, align, barrier, load_model,
-                          merge, save_model, verify)
+    from glmc.api import (
+        Alignment,
+        Curve,
+        Merge,
+        Simplex,
+        Transform,
+        Verification,
+        align,
+        barrier,
+        evaluate,
+        load_model,
+        merge,
+        save_model,
+        verify,
+    )
 
 
 def __getattr__(name: str):

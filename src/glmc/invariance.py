@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from glmc.adapters import adapter_for
+from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.view.model_ops import canonical_model, logits, refuse_unsupported, transform_model, widen_model
 from glmc.view.widen import residual_embedding
-from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 
 
 @dataclass
@@ -83,7 +83,7 @@ def _verify(model, seed, tol, classes) -> list[Check]:
     canon = canonical_model(model)
     run("canonical", lambda: canon)
     for cls in [c for c in classes or exact_classes(arch) if c != "rectangular"]:
-        run(cls, lambda: transform_model(canon, random_class_element(cls, arch, gen)))
+        run(cls, lambda cls=cls: transform_model(canon, random_class_element(cls, arch, gen)))
     if (classes is None and "rectangular" not in arch.unsupported) or (classes and "rectangular" in classes):
         o = residual_embedding(arch, 2 * arch.d_model, gen)
         run("rectangular", lambda: widen_model(model, 2 * arch.d_model, d_mlp=arch.d_mlp + arch.d_mlp // 4, o=o))

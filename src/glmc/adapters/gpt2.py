@@ -14,8 +14,16 @@ import copy
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import (ELEMENTWISE, block_hooks, check_heads, hf_config, hf_expected_weights,
-                                 load_pretrained, save_pretrained, token_probe)
+from glmc.adapters.common import (
+    ELEMENTWISE,
+    block_hooks,
+    check_heads,
+    hf_config,
+    hf_expected_weights,
+    load_pretrained,
+    save_pretrained,
+    token_probe,
+)
 from glmc.adapters.namemap import HEAD_ROWS, QKV_BIAS, QKV_COLUMNS, TRANSPOSE, Entry, Layout, NameMap, layer_norm
 
 _H = "transformer.h.{i}."

@@ -20,10 +20,30 @@ import copy
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import (ELEMENTWISE, VIT_OPTIONS, VIT_PRESETS, check_heads, check_patch, hf_config,
-                                  hf_expected_weights, image_data_shape, load_pretrained, save_pretrained)
-from glmc.adapters.namemap import (CONV_PATCH, HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, UNBATCH, Entry,
-                                   Layout, NameMap, layer_norm)
+from glmc.adapters.common import (
+    ELEMENTWISE,
+    VIT_OPTIONS,
+    VIT_PRESETS,
+    check_heads,
+    check_patch,
+    hf_config,
+    hf_expected_weights,
+    image_data_shape,
+    load_pretrained,
+    save_pretrained,
+)
+from glmc.adapters.namemap import (
+    CONV_PATCH,
+    HEAD_COLUMNS,
+    HEAD_ROWS,
+    HEAD_VECTOR,
+    TRANSPOSE,
+    UNBATCH,
+    Entry,
+    Layout,
+    NameMap,
+    layer_norm,
+)
 
 CLASSES = ("ViTForImageClassification", "ViTModel")
 

@@ -16,8 +16,15 @@ import copy
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import (ELEMENTWISE, block_hooks, hf_config, hf_expected_weights, load_pretrained,
-                                 save_pretrained, token_probe)
+from glmc.adapters.common import (
+    ELEMENTWISE,
+    block_hooks,
+    hf_config,
+    hf_expected_weights,
+    load_pretrained,
+    save_pretrained,
+    token_probe,
+)
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Converter, Entry, Layout, NameMap
 from glmc.symmetry.spec import GroupSpec
 

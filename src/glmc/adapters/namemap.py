@@ -9,8 +9,8 @@ differentiable (learned matching back-propagates through it) and native → cano
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

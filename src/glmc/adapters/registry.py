@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from glmc.adapters.common import hf_config
 from glmc.adapters.base import Adapter, UnsupportedModel
+from glmc.adapters.common import hf_config
 from glmc.adapters.gpt2 import GPT2Adapter
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.llama import LlamaAdapter

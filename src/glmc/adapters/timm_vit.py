@@ -27,10 +27,19 @@ from torch import nn
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import VIT_OPTIONS, VIT_PRESETS, check_heads, check_patch, image_data_shape
-from glmc.adapters.namemap import (CONV_PATCH, HEAD_COLUMNS, QKV_BIAS, QKV_ROWS, TRANSPOSE, UNBATCH, Entry, Layout,
-                                   NameMap, layer_norm)
-from glmc.adapters.timm_config import (TIMM_CONFIG, activation_name, load_timm, save_timm, timm_from_kwargs,
-                                       timm_kwargs)
+from glmc.adapters.namemap import (
+    CONV_PATCH,
+    HEAD_COLUMNS,
+    QKV_BIAS,
+    QKV_ROWS,
+    TRANSPOSE,
+    UNBATCH,
+    Entry,
+    Layout,
+    NameMap,
+    layer_norm,
+)
+from glmc.adapters.timm_config import TIMM_CONFIG, activation_name, load_timm, save_timm, timm_from_kwargs, timm_kwargs
 
 _B = "blocks.{i}."
 NAMES = NameMap([

@@ -35,12 +35,12 @@ def resolve_data(data, model, required: str | None = None):
         return None
     if hasattr(data, "batches") and hasattr(data, "task"):
         return data
-    if isinstance(data, (str, dict)):
+    if isinstance(data, (str, dict)) and not is_batch_source(data):
         from glmc.models.checkpoint import check_data_fits, check_data_task
 
         spec_task = glmc.data.parse_spec(data)["task"]
         where = str(source) if source is not None else "the model"
-        check_data_task(spec_task, data if isinstance(data, str) else data.get("source"), model, where)
+        check_data_task(spec_task, data if isinstance(data, str) else str(data.get("source")), model, where)
         use_tokenizer = source if spec_task == "lm" and source is not None and _has_tokenizer(source) else None
         ds = glmc.data.load(data, use_tokenizer=use_tokenizer)
         check_data_fits(ds, model, where)

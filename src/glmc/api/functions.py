@@ -99,7 +99,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
         IncompatibleModels: different families, depths or head layouts. BadOption: an option value glmc cannot
         use. BadData: a data-driven method without data. TypeError: an unknown option.
     """
-    from glmc.matching import METHODS, _method_function, align as match
+    from glmc.matching import METHODS, _method_function
+    from glmc.matching import align as match
 
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
@@ -107,10 +108,18 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     if func is not None and "data" in _parameters(func):
         options["data"] = resolve_data(data, model_a, required=f"{method} matching")
     al = match(model_a, model_b, method, **options)
+    _inherit(al.model_a, model_a)
+    _inherit(al.model_b, model_b)
     groups = _groups(al.model_a)
     transform = None if al.transform is None else Transform(al.transform, groups)
     return Alignment(al.model_a, al.model_b, transform, al.report, method, al.moved, al.fill,
                      (source_of(model_a), source_of(model_b)))
+
+
+def _inherit(derived, model) -> None:
+    """A model derived from `model` (same function, or an average) keeps its data and tokenizer."""
+    if derived is not model and source_of(model) is not None:
+        remember(derived, source_of(model))
 
 
 _align_pair = align  # `barrier` takes an argument named `align`
@@ -139,8 +148,10 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
         data: evaluation (and, for data-driven alignment, training) data; see `glmc.align`.
         points: λ grid points, endpoints included (pairs).
         align: None or "none" (the raw checkpoints), a method name (aligned first, with `align_options`), or an
-            `Alignment` already computed for this pair. Several models: "none", "weight" or "learned", each
-            aligning all models to a shared universe (see `glmc.merge`).
+            `Alignment` already computed for this pair. `align_options` are those of `glmc.align`; an option
+            of another method is ignored (one set serves a loop over methods), one no method takes raises.
+            Several models: "none", "weight" or "learned", each aligning all models to a shared universe (see
+            `glmc.merge`).
         split, batch_size, max_batches: which batches of `data` to evaluate on; `batches`: the caller's own
             evaluation batches instead.
         mode: "native" (standard models) or "circuit" (the paper's circuit form: heads as QK/OV circuits).
@@ -167,13 +178,14 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     t0 = time.perf_counter()
     if isinstance(align, Alignment):
         al = align
-    elif method == "none":
-        al = None
-    else:
-        al = _align_pair(models[0], models[1], method, data=ds, progress=progress,
-                                **_with_mode(method, mode, align_options))
+    else:  # "none" too: a pair of different widths is embedded into the wider architecture first
+        from glmc.matching import method_options
+
+        # options of any method are accepted, so one set serves a loop over methods; one no method takes raises
+        options = method_options(method, {**align_options, "progress": progress, "mode": mode})
+        al = _align_pair(models[0], models[1], method, data=ds, **options)
     align_seconds = time.perf_counter() - t0
-    ends = models if al is None else [al.model_a, al.model_b]
+    ends = [al.model_a, al.model_b]
     evals = evaluation_batches(ds, models[0], split, batch_size, max_batches, batches)
     if mode == "circuit":
         from glmc.view.circuit import circuit_model
@@ -186,13 +198,6 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     if batches is None:
         info["split"] = split
     return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info)
-
-
-def _with_mode(method: str, mode: str, options: dict) -> dict:
-    """The align options with `mode` for the methods that take it (weight and learned matching)."""
-    if method in ("weight", "learned", "learned-perm"):
-        return {**options, "mode": mode}
-    return dict(options)
 
 
 def _task(model) -> str:
@@ -264,9 +269,26 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
         params = {k.replace("__", "."): sum(w * dict(c.p.items())[k] for w, c in zip(ws, circuits))
                   for k in circuits[0].p}
         merged = CircuitModel(circuits[0].config, params).eval()
+    for derived, model in zip(aligned, models):
+        _inherit(derived, model)
+    if mode == "native":
+        _inherit(merged, models[0])
     groups = _groups(aligned[0])
     return Merge(merged, aligned, [Transform(t, groups) for t in transforms], report,
                  [source_of(m) for m in models], mode)
+
+
+def evaluate(model, data=None, split: str = "test", batch_size: int = 32, max_batches: int | None = None,
+             batches=None) -> dict:
+    """Mean loss and accuracy of `model` on `data` (see `glmc.align`; None: the data recorded beside the model).
+
+    Returns:
+        {"loss": mean cross-entropy (nats per token or per image), "acc": accuracy, "n": predictions counted}.
+    """
+    from glmc.models.evaluate import evaluate as run
+
+    ds = resolve_data(data, model, required=None if batches is not None else "evaluation")
+    return run(model, evaluation_batches(ds, model, split, batch_size, max_batches, batches), _task(model))
 
 
 def verify(model, classes=None, seed: int = 0, tol: float = 1e-4) -> dict:

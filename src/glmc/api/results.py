@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from glmc.api.transform import Transform
 
@@ -29,8 +30,8 @@ class Alignment:
         fill: an embedded narrower model's null-space fill (canonical key -> tensor), or None.
     """
 
-    model_a: object
-    model_b: object
+    model_a: Any
+    model_b: Any
     transform: Transform | None
     report: dict = field(default_factory=dict)
     method: str = "weight"
@@ -84,7 +85,7 @@ class Curve:
     Attributes:
         lambdas, loss, accuracy: the grid (0 = A, 1 = B′) and the mean loss and accuracy at each point.
         method: how B was aligned first ("none": the raw checkpoints).
-        alignment: the `Alignment` used (None for "none").
+        alignment: the `Alignment` used (for "none", the raw pair, or a narrower model embedded).
         info: data, split, batches, timings and mode.
     """
 
@@ -221,7 +222,7 @@ class Merge:
         report: weights, universe rounds, refinement log, max |Δlogits| of every aligned model.
     """
 
-    model: object
+    model: Any
     aligned: list
     transforms: list
     report: dict = field(default_factory=dict)
@@ -243,7 +244,7 @@ class Merge:
         fills = self.report.get("fills", {})
         with atomic_dir(directory, overwrite=overwrite) as tmp:
             if self.mode == "circuit":
-                self.model.write_files(tmp)
+                self.model.write_files(tmp)  # a CircuitModel
             else:
                 write_like(self.model, sources[0], tmp)
             for i, (a, t) in enumerate(zip(self.aligned, self.transforms)):

@@ -95,12 +95,11 @@ class Transform:
             with safe_open(str(path), "pt") as f:
                 meta = f.metadata() or {}
             elements = _Elements.load(path)
-        except (OSError, ValueError) as e:
+        except Exception as e:  # safetensors raises its own error type for a corrupt header
             raise BadCheckpoint(f"{path} is not a readable glmc transform file ({e})") from None
         groups = None
         if GROUPS_KEY in meta:
-            groups = {r: GroupSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in g.items()})
-                      for r, g in json.loads(meta[GROUPS_KEY]).items()}
+            groups = {r: _spec(g) for r, g in json.loads(meta[GROUPS_KEY]).items()}
         elif model is not None:
             groups = _groups_of(model)
         return cls(elements, groups)
@@ -110,6 +109,12 @@ class Transform:
         if groups is None:
             raise ValueError("this transform has no group declarations; load it with Transform.load(path, model=m)")
         return SimpleNamespace(groups=groups)
+
+
+def _spec(fields: dict) -> GroupSpec:
+    """A GroupSpec from its JSON form (tuples come back as lists)."""
+    values: dict = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return GroupSpec(**values)
 
 
 def _groups_of(model) -> dict:

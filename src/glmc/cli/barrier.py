@@ -2,8 +2,17 @@
 
 import click
 
-from glmc.cli.common import (check_out_path, check_plot_path, data_options, load_eval_data, load_models,
-                                  mode_option, parse_methods, pick_device, write_json)
+from glmc.cli.common import (
+    check_out_path,
+    check_plot_path,
+    data_options,
+    load_eval_data,
+    load_models,
+    mode_option,
+    parse_methods,
+    pick_device,
+    write_json,
+)
 
 
 @click.command("barrier")
@@ -35,7 +44,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     With three or more models: the loss over the simplex Σλ_m·θ_m (a triangular grid for 3, sampled points
     beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (methods: none, weight,
     learned, each aligning all models to a shared universe)."""
-    from glmc.experiments.barriers import run_barriers, format_table, write_csv
+    from glmc.experiments.barriers import format_table, run_barriers, write_csv
 
     if len(models) < 2:
         raise click.UsageError("give at least two models")

@@ -95,7 +95,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
         try:
             task = glmc.data.parse_spec(data)["task"]  # an unknown source is refused here, by name
         except ValueError as e:
-            raise click.ClickException(str(e))
+            raise click.ClickException(str(e)) from None
         check_data_task(task, data, model, model_dir)
     try:
         if data is None:
@@ -104,7 +104,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
             ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if glmc.data.task_of(data) == "lm"
                                                                  else None))
     except (FileNotFoundError, ValueError) as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
     if model is not None:
         from glmc.models.checkpoint import check_data_fits
 

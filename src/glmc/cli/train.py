@@ -48,7 +48,8 @@ def command():
 @click.option("--data", default="shakespeare", show_default=True, help="shakespeare or text:PATH.")
 @click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
 @click.option("--context", type=COUNT, help="Context length in tokens.")
-@click.option("--tied/--untied", default=None, help="Tie the LM head to the embeddings [preset: cpu tied, paper untied].")
+@click.option("--tied/--untied", default=None,
+              help="Tie the LM head to the embeddings [preset: cpu tied, paper untied].")
 @click.option("--activation", type=click.Choice(["gelu_new", "gelu", "relu"]), default="gelu_new", show_default=True)
 @_common
 def gpt2(data, tokenizer, context, tied, activation, **opts):
@@ -120,7 +121,7 @@ def _run(adapter, spec, p, opts, fit_patch=False):
     try:
         _train(adapter, spec, p, opts, fit_patch)
     except (ValueError, FileNotFoundError, DataUnavailable) as e:  # bad input or missing data: no traceback
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
 
 
 def _train(adapter, spec, p, opts, fit_patch):

@@ -17,8 +17,8 @@ def command(model_dir, tol, seed, classes):
     import torch
 
     from glmc.adapters import UnsupportedModel, adapter_for
-    from glmc.models.checkpoint import load_checked
     from glmc.invariance import verify_model
+    from glmc.models.checkpoint import load_checked
 
     model, _ = load_checked(model_dir)  # a bad or unsupported checkpoint: a GlmcError, one line from the CLI
     try:
@@ -27,7 +27,7 @@ def command(model_dir, tol, seed, classes):
         with torch.no_grad():  # not set_grad_enabled: the CLI may run in-process (tests, notebooks)
             checks = verify_model(model, seed=seed, tol=tol, classes=chosen)
     except UnsupportedModel as e:
-        raise click.ClickException(f"cannot transform {model_dir} exactly: {e}")
+        raise click.ClickException(f"cannot transform {model_dir} exactly: {e}") from None
     click.echo(f"{model_dir}: {arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads, "
                f"MLP {arch.d_mlp} ({arch.activation})")
     click.echo(f"{'class':<20}{'max |Δlogits|':>15}{'|Δloss|':>12}{'seconds':>9}  ok")

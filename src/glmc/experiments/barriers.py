@@ -11,11 +11,10 @@ Result schema ("glmc.barrier/1"), as written by `glmc barrier --json`:
 from __future__ import annotations
 
 import csv
-import time
 
 from glmc.api import barrier
-from glmc.matching import method_options
 from glmc.io import atomic_path
+from glmc.matching import method_options
 
 
 def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,

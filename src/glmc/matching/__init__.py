@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-from glmc.matching.common import Alignment, check_options, model_device
 from glmc.errors import BadOption, IncompatibleModels
+from glmc.matching.common import Alignment, check_options, model_device
 
 # method name -> module under glmc.matching defining `align(model_a, model_b, ...) -> Alignment`
 METHODS = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from glmc.errors import BadOption, UnsupportedModel
 from glmc.matching.common import canonical_pair, finish, model_device
 from glmc.matching.nullspace import free_probes
 from glmc.matching.weight import _assignment
@@ -21,7 +22,6 @@ from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
-from glmc.errors import BadOption, UnsupportedModel
 
 
 class Correlation:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import torch
 
 from glmc.adapters import adapter_for
-from glmc.view.canonical import canonicalise
+from glmc.errors import IncompatibleModels
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
-from glmc.errors import IncompatibleModels
+from glmc.view.canonical import canonicalise
 
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
 
@@ -79,8 +79,8 @@ def view_distance(view_a: dict, view_b: dict) -> float:
 
 @torch.no_grad()
 def max_logit_change(model, other, n: int = 2) -> float:
-    from glmc.view.model_ops import logits
     from glmc.invariance import probe_inputs
+    from glmc.view.model_ops import logits
 
     x = probe_inputs(model, n=n).to(next(model.parameters()).device)
     return float((logits(model, x) - logits(other, x)).abs().max())

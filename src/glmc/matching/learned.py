@@ -29,6 +29,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from glmc.errors import BadOption
 from glmc.matching import nullspace
 from glmc.matching.common import canonical_pair, finish
 from glmc.matching.weight import weight_matching
@@ -37,7 +38,6 @@ from glmc.symmetry.elements import DenseMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements
-from glmc.errors import BadOption
 
 DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
 
@@ -50,7 +50,8 @@ LAMBDA_SAMPLERS = {
 # where validation scores the barrier of a pair: the centre, or for samplers that train the whole path, the
 # worst of three interior points (the barrier of a path between unequal models is rarely at λ = 0.5)
 SCORE_POINTS = {"uniform": (0.25, 0.5, 0.75)}
-# joint refinement of k > 2 models (glmc/matching/merge.py says why these differ from the paper's Dirichlet(0.1), lr 3e-4)
+# joint refinement of k > 2 models (glmc/matching/merge.py says why these differ from the paper's
+# Dirichlet(0.1), lr 3e-4)
 SIMPLEX_DEFAULTS = {"lr": 1e-2, "concentration": 1.0, "simplex_score": "edges"}
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import time
 
+from glmc.errors import BadOption, IncompatibleModels
 from glmc.matching.common import FUNCTION_TOL, canonical_cpu_view, check_compatible, max_logit_change, model_device
 from glmc.matching.weight import weight_matching
 from glmc.symmetry.transform import Transform
-from glmc.errors import BadOption, IncompatibleModels
 
 
 def canonical_views(models: list):

@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 from tqdm.auto import tqdm
 
+from glmc.errors import BadOption
 from glmc.matching.common import canonical_pair, finish, residual_keys, view_distance
 from glmc.matching.nullspace import free_probes
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import ScaleRotation, kind
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
-from glmc.errors import BadOption
 
 INIT_KEYS = ("embed", "pos_embed", "patch.w", "patch.b", "cls", "registers")
 RAW_INIT_KEYS = INIT_KEYS + ("head.w",)  # balanced=False: the unweighted variant also starts from the head
@@ -171,7 +170,8 @@ def fit_scale_rotation(xa, xb, ya, yb) -> torch.Tensor:
 
 def _factor_loss(c, xa, xb, ya, yb):
     fit_x = (c @ xb - xa).pow(2).sum((-1, -2)) / xa.pow(2).sum((-1, -2)).clamp_min(1e-30)
-    fit_y = (torch.linalg.solve(c.transpose(-1, -2), yb) - ya).pow(2).sum((-1, -2)) / ya.pow(2).sum((-1, -2)).clamp_min(1e-30)
+    fit_y = ((torch.linalg.solve(c.transpose(-1, -2), yb) - ya).pow(2).sum((-1, -2))
+             / ya.pow(2).sum((-1, -2)).clamp_min(1e-30))
     return fit_x + fit_y  # per head
 
 

@@ -15,8 +15,10 @@ import json
 from pathlib import Path
 
 from glmc.adapters import FAMILIES, adapter_for, adapter_for_dir, adapter_named
+
 # kept for callers that built or inspected timm models through glmc.models
-from glmc.adapters.timm_config import timm_from_kwargs as _timm_from_kwargs, timm_kwargs  # noqa: F401
+from glmc.adapters.timm_config import timm_from_kwargs as _timm_from_kwargs  # noqa: F401
+from glmc.adapters.timm_config import timm_kwargs
 from glmc.io import atomic_dir
 
 RECORD = "glmc.json"

@@ -14,9 +14,9 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from glmc.errors import BadOption
 from glmc.models.evaluate import loss_and_correct
 from glmc.paths.interpolate import Interpolation
-from glmc.errors import BadOption
 
 
 def lambda_grid(points: int) -> list[float]:
@@ -56,7 +56,7 @@ def path_curve(models: list, batches: list, task: str, points: int = 11, progres
 def barrier_metrics(curve: dict) -> dict:
     lams, loss, acc = curve["lambdas"], curve["loss"], curve["acc"]
     la, lb, aa, ab = loss[0], loss[-1], acc[0], acc[-1]
-    excess = [l - ((1 - t) * la + t * lb) for t, l in zip(lams, loss)]
+    excess = [loss_value - ((1 - t) * la + t * lb) for t, loss_value in zip(lams, loss)]
     drop = [((1 - t) * aa + t * ab) - a for t, a in zip(lams, acc)]
     i = max(range(len(lams)), key=lambda k: excess[k])
     j = max(range(len(lams)), key=lambda k: drop[k])

@@ -47,7 +47,7 @@ def simplex_metrics(surface: dict) -> dict:
     pts, loss = surface["points"], surface["loss"]
     k = len(pts[0])
     vertex_loss = [loss[pts.index(tuple(float(i == m) for i in range(k)))] for m in range(k)]
-    excess = [l - sum(w * v for w, v in zip(p, vertex_loss)) for p, l in zip(pts, loss)]
+    excess = [loss_value - sum(w * v for w, v in zip(p, vertex_loss)) for p, loss_value in zip(pts, loss)]
     i = max(range(len(pts)), key=lambda j: excess[j])
     centre = min(range(len(pts)), key=lambda j: max(abs(x - 1 / k) for x in pts[j]))
     return {"barrier": excess[i], "barrier_at": list(pts[i]), "vertex_loss": vertex_loss, "excess": excess,

@@ -16,9 +16,10 @@ that needs to know the group reads the kind from here, never from a group's name
 Kinds (⊂ means "is a subgroup of", which `admits` answers):
   permutation ⊂ signed-permutation ⊂ orthogonal;  permutation ⊂ orthogonal-fixing-ones ⊂ orthogonal ⊂ invertible
   grouped-permutation (permutations of n entries inside each of `batch` consecutive blocks: query heads within
-  their key/value group), diagonal (non-zero scales, contravariant side 1/s), scale-rotation (per rotary plane (i, i + k/2) of a head, a
-  scale times a 2-D rotation: the maps that commute with RoPE), and two non-invertible extensions that still keep
-  the function where declared: semi-permutation (ReLU units split into copies) and zero-pad (extra zero units).
+  their key/value group), diagonal (non-zero scales, contravariant side 1/s), scale-rotation (per rotary
+  plane (i, i + k/2) of a head, a scale times a 2-D rotation: the maps that commute with RoPE), and two
+  non-invertible extensions that still keep the function where declared: semi-permutation (ReLU units split
+  into copies) and zero-pad (extra zero units).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import math
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn, src_of
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
+from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn, src_of
 
 
 def random_orthogonal(n: int, gen: torch.Generator, batch: tuple = ()) -> torch.Tensor:

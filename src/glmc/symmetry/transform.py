@@ -131,7 +131,8 @@ class Transform:
             size = (e1 or e2).n
             total = _composed(f1, e1, size)[_composed(f2, e2, size)]
             blocks = f1 if f2 is None else f2 if f1 is None else f1.then(f2)
-            out[name] = IndexMap(total, None, size) if blocks is None else _refactor(IndexMap(total, None, size), blocks)
+            out[name] = (IndexMap(total, None, size) if blocks is None
+                         else _refactor(IndexMap(total, None, size), blocks))
         return Transform(out)
 
     def describe(self) -> dict[str, str]:

@@ -113,7 +113,8 @@ class CircuitModel(torch.nn.Module):
         x = self._embed(batch[key])
         for i in range(c["n_layer"]):
             x = x + self._attention(self._norm(x, f"blocks.{i}.ln1"), i)
-            h = self._bias(self._norm(x, f"blocks.{i}.ln2") @ self._get(f"blocks.{i}.mlp.in.w").T, f"blocks.{i}.mlp.in.b")
+            h = self._bias(self._norm(x, f"blocks.{i}.ln2") @ self._get(f"blocks.{i}.mlp.in.w").T,
+                           f"blocks.{i}.mlp.in.b")
             x = x + self._bias(self.act(h) @ self._get(f"blocks.{i}.mlp.out.w"), f"blocks.{i}.mlp.out.b")
         if c["pool"] == "cls":
             x = x[:, 0]
@@ -153,6 +154,6 @@ def circuit_model(model) -> CircuitModel:
 
     view, adapter = canonical_view(model)
     arch = adapter.arch(model)
-    config = {**adapter.io_spec(model), "input_key": adapter.input_key, "n_layer": arch.n_layer, "n_head": arch.n_head, "d_head": arch.d_head,
-              "ln_eps": arch.ln_eps}
+    config = {**adapter.io_spec(model), "input_key": adapter.input_key, "n_layer": arch.n_layer,
+              "n_head": arch.n_head, "d_head": arch.d_head, "ln_eps": arch.ln_eps}
     return CircuitModel(config, circuit_params(view, arch.n_layer)).eval()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from glmc.adapters import UnsupportedModel, adapter_for, forward
-from glmc.view.canonical import canonicalise, is_canonical
 from glmc.models.evaluate import model_device
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform
+from glmc.view.canonical import canonicalise, is_canonical
 
 
 def canonical_view(model) -> tuple[dict, "object"]:
