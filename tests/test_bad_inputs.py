@@ -375,3 +375,43 @@ def test_real_process_stderr_and_exit_code(models, tmp_path, args, code, phrase)
     lines = _error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("Error: ") and phrase in lines[0], proc.stderr
     assert _snapshot(models["a"].parent, tmp_path) == before
+
+
+# ------------------------------------------------------------------------------------------------ merge recipes
+
+RECIPES = [
+    ("recipe-unknown-key", "models: [{a}, {b}]\nmodle: weight\n", ERROR, "unknown key 'modle'"),
+    ("recipe-one-model", "models: [{a}]\n", ERROR, "'models' must be a list of at least two"),
+    ("recipe-missing-model", "models: [{a}, {root}/nope]\n", ERROR, "nope is not a directory"),
+    ("recipe-bad-method", "models: [{a}, {b}]\nmethod: average\n", ERROR, "method must be one of weight, learned"),
+    ("recipe-weights-sum", "models: [{a}, {b}]\nweights: [0.5, 0.6]\n", ERROR, "'weights' must sum to 1"),
+    ("recipe-weights-count", "models: [{a}, {b}]\nweights: [1.0]\n", ERROR, "'weights' must be 2 non-negative"),
+    ("recipe-unknown-option", "models: [{a}, {b}]\noptions: {{round: 2}}\n", ERROR, "unknown options key 'round'"),
+    ("recipe-option-type", "models: [{a}, {b}]\noptions: {{steps: many}}\n", ERROR, "options.steps must be an int"),
+    ("recipe-option-negative", "models: [{a}, {b}]\noptions: {{lr: -1}}\n", ERROR, "options.lr must be positive"),
+    ("recipe-not-yaml", "models: [{a}, {b}\n", ERROR, "is not valid YAML"),
+    ("recipe-not-a-mapping", "- {a}\n- {b}\n", ERROR, "a recipe is a mapping"),
+    ("recipe-no-output", "models: [{a}, {b}]\n", USAGE, "has no 'output'"),
+    ("recipe-and-models", None, USAGE, "with --config, give models in the recipe"),
+    ("recipe-and-flags", None, USAGE, "with --config, give --rounds in the recipe"),
+]
+
+
+@pytest.mark.parametrize("text,code,phrase", [pytest.param(t, c, p, id=i) for i, t, c, p in RECIPES])
+def test_bad_recipe_is_one_line_and_touches_nothing(models, tmp_path, monkeypatch, request, text, code, phrase):
+    monkeypatch.delenv("GLMC_DEBUG", raising=False)
+    paths = {k: str(v) for k, v in models.items()} | {"root": str(models["a"].parent)}
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((text or "models: [{a}, {b}]\noutput: out\n").format(**paths))
+    args = ["merge", "--config", str(recipe)]
+    if request.node.callspec.id == "recipe-and-models":
+        args += [paths["a"], paths["b"]]
+    if request.node.callspec.id == "recipe-and-flags":
+        args += ["--rounds", "2"]
+    before = _snapshot(models["a"].parent, tmp_path)
+    result = _invoke(args)
+    assert _snapshot(models["a"].parent, tmp_path) == before
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == code and "Traceback" not in result.output, result.output
+    lines = _error_lines(result.output)
+    assert len(lines) == 1 and phrase in lines[0], result.output

@@ -91,7 +91,7 @@ def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, Line
     return heads, LinearMap(mats)
 
 
-def align(model_a, model_b, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
+def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
           fill: bool = False):
     """Activation matching on `batches` training batches of `data` (module docstring); `fill`: an embedded
     narrower B's free reader weights are filled with A's (glmc/matching/nullspace.py)."""

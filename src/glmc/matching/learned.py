@@ -268,7 +268,7 @@ class LearnedMatcher:
                 "transforms": best["transforms"], "targets": best["targets"]}
 
 
-def align(model_a, model_b, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
+def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str | None = None,
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
           seed: int = 0, mode: str = "native", perm_lr: float = 0.02, fill: bool = False,

@@ -352,7 +352,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     return best, log
 
 
-def align(model_a, model_b, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
+def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
