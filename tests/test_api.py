@@ -214,3 +214,16 @@ def test_merge_recipe(vit_models, tmp_path):
     out = run_cli("merge", "--config", recipe, "--no-progress")
     report = json.loads((tmp_path / "merged" / "merge.json").read_text())
     assert report["weights"] == [0.5, 0.25, 0.25] and report["recipe"] == str(recipe) and "merged:" in out
+
+
+def test_load_model_finds_a_hub_id_in_the_local_cache(tmp_path):
+    # the layout huggingface_hub keeps: models--org--name/{refs/main, snapshots/<revision>/<files>}
+    repo = tmp_path / "hub" / "models--someone--tiny-gpt2"
+    snap = repo / "snapshots" / ("0" * 40)
+    tiny_gpt2(seed=3).save_pretrained(snap)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    m = glmc.load_model("someone/tiny-gpt2", cache_dir=tmp_path / "hub")
+    assert max_logit_change(tiny_gpt2(seed=3), m) == 0.0
+    with pytest.raises(glmc.api.functions.BadCheckpoint, match="huggingface-cli download someone/other"):
+        glmc.load_model("someone/other", cache_dir=tmp_path / "hub")

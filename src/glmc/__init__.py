@@ -37,10 +37,13 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    if name in __all__:
-        import glmc.api
+    import importlib
+    import importlib.util
 
-        return getattr(glmc.api, name)
+    if name in __all__:
+        return getattr(importlib.import_module("glmc.api"), name)
+    if importlib.util.find_spec(f"glmc.{name}") is not None:  # subpackages, e.g. glmc.data after `import glmc`
+        return importlib.import_module(f"glmc.{name}")
     raise AttributeError(f"module 'glmc' has no attribute {name!r}")
 
 

@@ -18,7 +18,7 @@ from glmc.errors import BadCheckpoint, BadOption
 SIMPLEX_METHODS = ("none", "weight", "learned")
 
 
-def load_model(path_or_id, device=None):
+def load_model(path_or_id, device=None, cache_dir=None):
     """Load a model glmc can align, in eval mode.
 
     Args:
@@ -26,6 +26,7 @@ def load_model(path_or_id, device=None):
             train` / `glmc align` wrote), or a Hugging Face hub id already in the local HF cache (glmc never
             downloads).
         device: where to put the model ("cpu", "cuda", "cuda:1", a torch.device); None leaves it on the CPU.
+        cache_dir: the Hugging Face cache to look hub ids up in (default: HF_HUB_CACHE, ~/.cache/huggingface/hub).
 
     Returns:
         The native model (a Hugging Face or timm module). glmc remembers its directory, so data specs use its saved
@@ -39,7 +40,7 @@ def load_model(path_or_id, device=None):
 
     path = Path(path_or_id).expanduser()
     if not path.exists():
-        path = _hub_snapshot(str(path_or_id))
+        path = _hub_snapshot(str(path_or_id), cache_dir)
     model, _ = load_checked(path)
     remember(model, path)
     if device is not None:
@@ -47,13 +48,13 @@ def load_model(path_or_id, device=None):
     return model
 
 
-def _hub_snapshot(repo_id: str) -> Path:
+def _hub_snapshot(repo_id: str, cache_dir=None) -> Path:
     if repo_id.count("/") > 1 or repo_id.startswith((".", "/", "~")):
         raise BadCheckpoint(f"{repo_id}: no such directory")
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=cache_dir))
     except Exception:
         raise BadCheckpoint(f"{repo_id} is neither a directory nor a model in the local Hugging Face cache; give a "
                             f"model directory, or download it first (huggingface-cli download {repo_id})") from None
