@@ -18,3 +18,11 @@ def test_demo_runs_and_reuses_its_models(tmp_path):
     again = run_cli("demo", "--out", tmp_path, "--steps", 20, "--methods", "none", "--max-batches", 2,
                     "--no-progress")
     assert again.count("reusing") == 2
+
+
+@pytest.mark.slow
+def test_llama_demo_leaves_out_what_llama_does_not_support(tmp_path):
+    out = run_cli("demo", "--family", "llama", "--out", tmp_path, "--steps", 10, "--max-batches", 2, "--no-progress")
+    res = json.loads((tmp_path / "barriers.json").read_text())
+    assert list(res["results"]) == ["none", "weight", "learned"] and res["demo"]["family"] == "llama"
+    assert (tmp_path / "llama-seed0" / "config.json").is_file() and "Llama decoders" in out
