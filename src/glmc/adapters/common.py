@@ -135,3 +135,22 @@ def block_hooks(blocks, attn_out, mlp_out) -> dict:
     for i, block in enumerate(blocks):
         out.update({f"blocks.{i}": block, f"blocks.{i}.attn.o": attn_out(block), f"blocks.{i}.mlp.out": mlp_out(block)})
     return out
+
+
+class TokenLM:
+    """What the Hugging Face causal LMs share (mixed in before Adapter): save_pretrained files, build() sizes from
+    text data, and token ids in without a key/value cache."""
+
+    family: str
+    input_key: str
+
+    def save(self, model, directory) -> None:
+        save_pretrained(model, directory)
+
+    def data_shape(self, ds) -> dict:
+        if ds.task != "lm":
+            raise ValueError(f"{self.family} needs text data, got {ds.spec['source']}")
+        return {"vocab_size": ds.vocab_size, "context": ds.context}
+
+    def native_inputs(self, model, batch):
+        return (), {"input_ids": batch[self.input_key], "use_cache": False}

@@ -16,12 +16,12 @@ import torch
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
+    TokenLM,
     block_hooks,
     check_heads,
     hf_config,
     hf_expected_weights,
     load_pretrained,
-    save_pretrained,
     token_probe,
 )
 from glmc.adapters.namemap import HEAD_ROWS, QKV_BIAS, QKV_COLUMNS, TRANSPOSE, Entry, Layout, NameMap, layer_norm
@@ -57,7 +57,7 @@ PRESETS = {
 }
 
 
-class GPT2Adapter(Adapter):
+class GPT2Adapter(TokenLM, Adapter):
     family = "gpt2"
     task = "lm"
     input_key = "input_ids"
@@ -112,17 +112,6 @@ class GPT2Adapter(Adapter):
         from transformers import GPT2LMHeadModel
 
         return load_pretrained(GPT2LMHeadModel, path)
-
-    def save(self, model, directory) -> None:
-        save_pretrained(model, directory)
-
-    def data_shape(self, ds) -> dict:
-        if ds.task != "lm":
-            raise ValueError(f"gpt2 needs text data, got {ds.spec['source']}")
-        return {"vocab_size": ds.vocab_size, "context": ds.context}
-
-    def native_inputs(self, model, batch):
-        return (), {"input_ids": batch[self.input_key], "use_cache": False}
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         return token_probe(model.config.vocab_size, model.config.n_positions, n, seq, gen)

@@ -18,11 +18,11 @@ import torch
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
+    TokenLM,
     block_hooks,
     hf_config,
     hf_expected_weights,
     load_pretrained,
-    save_pretrained,
     token_probe,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Converter, Entry, Layout, NameMap
@@ -85,7 +85,7 @@ def _model_type(model) -> str:
     return model.config.model_type
 
 
-class LlamaAdapter(Adapter):
+class LlamaAdapter(TokenLM, Adapter):
     family = "llama"
     task = "lm"
     input_key = "input_ids"
@@ -166,17 +166,6 @@ class LlamaAdapter(Adapter):
         import transformers
 
         return load_pretrained(getattr(transformers, self._class_name(path)), path)
-
-    def save(self, model, directory) -> None:
-        save_pretrained(model, directory)
-
-    def data_shape(self, ds) -> dict:
-        if ds.task != "lm":
-            raise ValueError(f"llama needs text data, got {ds.spec['source']}")
-        return {"vocab_size": ds.vocab_size, "context": ds.context}
-
-    def native_inputs(self, model, batch):
-        return (), {"input_ids": batch[self.input_key], "use_cache": False}
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)

@@ -190,24 +190,36 @@ class Simplex:
 
     def plot(self, ax=None):
         """A ternary heat map of the excess loss with its zero contour (3 models); returns the axes."""
-        import matplotlib.tri as mtri
-        import numpy as np
-
         if len(self.points[0]) != 3:
             raise ValueError("a ternary plot needs exactly 3 models")
         if ax is None:
             import matplotlib.pyplot as plt
 
             _, ax = plt.subplots(figsize=(4.4, 4.0))
-        p, z = np.array(self.points), np.array(self.metrics["excess"])
-        tri = mtri.Triangulation(p[:, 1] + 0.5 * p[:, 2], (np.sqrt(3) / 2) * p[:, 2])
-        ax.tricontourf(tri, z, levels=np.linspace(min(0.0, z.min()), max(z.max(), 1e-9), 21), cmap="magma_r")
-        if z.min() < 0 < z.max():
-            ax.tricontour(tri, z, levels=[0.0], colors="cyan", linewidths=1.2)
-        ax.plot([0, 1, 0.5, 0], [0, 0, np.sqrt(3) / 2, 0], color="k", lw=0.8)
-        ax.set_title(f"{self.method}: barrier {self.barrier:.3f}", fontsize=9)
-        ax.set_axis_off()
+        excess = self.metrics["excess"]
+        draw_ternary(ax, self.points, excess, f"{self.method}: barrier {self.barrier:.3f}", max(excess) or 1.0)
         return ax
+
+
+def draw_ternary(ax, points, excess, title: str, vmax: float):
+    """A ternary heat map of the excess loss over the simplex of 3 models on `ax`, with its zero contour and the
+    vertices labelled M1–M3 (the paper's Fig. 4); returns the filled contour set (for a colour bar)."""
+    import matplotlib.tri as mtri
+    import numpy as np
+
+    p, z = np.array(points), np.array(excess)
+    tri = mtri.Triangulation(p[:, 1] + 0.5 * p[:, 2], (np.sqrt(3) / 2) * p[:, 2])
+    cs = ax.tricontourf(tri, z, levels=np.linspace(min(0.0, z.min()), vmax, 21), cmap="magma_r")
+    if z.min() < 0 < z.max():
+        ax.tricontour(tri, z, levels=[0.0], colors="cyan", linewidths=1.2)
+    ax.plot([0, 1, 0.5, 0], [0, 0, np.sqrt(3) / 2, 0], color="k", lw=0.8)
+    for (vx, vy), name in zip([(0, 0), (1, 0), (0.5, np.sqrt(3) / 2)], ["M1", "M2", "M3"]):
+        ax.annotate(name, (vx, vy), textcoords="offset points", xytext=(0, -12 if vy == 0 else 4), ha="center",
+                    fontsize=8)
+    ax.set_title(title, fontsize=9, pad=16)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return cs
 
 
 @dataclass

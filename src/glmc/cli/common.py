@@ -124,13 +124,6 @@ def write_json(path, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def save_like(model, source_dir, target) -> None:
-    """Save `model` into `target` (inside glmc.io.atomic_dir) with the tokenizer and glmc.json of `source_dir`."""
-    from glmc.api.sources import write_like
-
-    write_like(model, source_dir, target)
-
-
 def check_plot_path(path, option: str = "--plot") -> None:
     """A figure path whose suffix matplotlib can write (none: PNG), checked before any work."""
     from pathlib import Path

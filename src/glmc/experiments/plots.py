@@ -36,27 +36,14 @@ def plot_simplex(surfaces: dict, path, title: str = "") -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.tri as mtri
-    import numpy as np
+
+    from glmc.api.results import draw_ternary
 
     n = len(surfaces)
     fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 4.0), squeeze=False)
     vmax = max(max(s["excess"]) for s in surfaces.values()) or 1.0
     for ax, (method, s) in zip(axes[0], surfaces.items()):
-        p = np.array(s["points"])
-        x, y = p[:, 1] + 0.5 * p[:, 2], (np.sqrt(3) / 2) * p[:, 2]
-        tri = mtri.Triangulation(x, y)
-        z = np.array(s["excess"])
-        cs = ax.tricontourf(tri, z, levels=np.linspace(min(0.0, z.min()), vmax, 21), cmap="magma_r")
-        if z.min() < 0 < z.max():
-            ax.tricontour(tri, z, levels=[0.0], colors="cyan", linewidths=1.2)
-        ax.plot([0, 1, 0.5, 0], [0, 0, np.sqrt(3) / 2, 0], color="k", lw=0.8)
-        for (vx, vy), name in zip([(0, 0), (1, 0), (0.5, np.sqrt(3) / 2)], ["M1", "M2", "M3"]):
-            ax.annotate(name, (vx, vy), textcoords="offset points", xytext=(0, -12 if vy == 0 else 4),
-                        ha="center", fontsize=8)
-        ax.set_title(f"{method}: barrier {max(s['excess']):.3f}", fontsize=9, pad=16)
-        ax.set_aspect("equal")
-        ax.axis("off")
+        cs = draw_ternary(ax, s["points"], s["excess"], f"{method}: barrier {max(s['excess']):.3f}", vmax)
         fig.colorbar(cs, ax=ax, shrink=0.7, label="excess loss")
     return _save(fig, path, title)
 
