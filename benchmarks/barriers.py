@@ -27,7 +27,13 @@ TASKS = {
     "vit-mnist": ["vit", "--data", "mnist"],
     "vit-fashion-mnist": ["vit", "--data", "fashion-mnist"],
     "timm-vit-mnist": ["vit", "--data", "mnist", "--family", "timm"],
+    # Llama-family decoders (the `glmc train llama` CPU preset: 4 query / 2 key-value heads, SwiGLU, untied)
+    "llama-shakespeare": ["llama", "--data", "shakespeare"],
+    "llama-stdlib-bpe": ["llama", "--data", "python-stdlib", "--tokenizer", "bpe:512"],
 }
+# what a narrower model of a task adds to --width: RoPE ties a head's frequencies to its size, so narrower
+# Llamas keep the preset's 4 heads of 32 dimensions (glmc widens their residual and MLP, never their heads)
+NARROW_ARGS = {"llama-shakespeare": ["--head-dim", "32"], "llama-stdlib-bpe": ["--head-dim", "32"]}
 
 
 def train_pair(task: str, cache: Path, extra: list[str]) -> list[Path]:

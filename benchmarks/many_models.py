@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from barriers import TASKS, _fmt  # noqa: E402
+from barriers import NARROW_ARGS, TASKS, _fmt  # noqa: E402
 
 
 def trained(task: str, seed: int, cache: Path, extra: list[str], width: int | None = None) -> Path:
@@ -28,7 +28,7 @@ def trained(task: str, seed: int, cache: Path, extra: list[str], width: int | No
     if not (out / "glmc.json").is_file():
         cmd = ["glmc", "train", *TASKS[task], "--seed", str(seed), "--out", str(out), "--quiet", *extra]
         if width:
-            cmd += ["--width", str(width)]
+            cmd += ["--width", str(width), *NARROW_ARGS.get(task, [])]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
     return out

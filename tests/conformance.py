@@ -225,6 +225,66 @@ class AdapterConformance:
         assert max_diff(model, adapter.from_canonical(view_b, model), x) <= TOL
         assert max_diff(model, adapter.from_canonical(recovered, model), x) <= TOL
 
+    def test_activation_matching_recovers_a_planted_permutation(self, config):
+        """B is A with a random element planted in every group activation matching searches (residual, heads or
+        key/value groups and the query heads inside them, value dimensions, MLP units): its correlations of
+        identical features are 1 exactly where the permutation put them, so it must undo the plant."""
+        from glmc.data.iterable import IterableData
+        from glmc.matching.activation import align as activation_align
+        from glmc.symmetry.elements import IndexMap, LinearMap
+
+        model, adapter, arch = self.parts(config)
+        view_a = canonicalise(adapter.to_canonical(model), arch)
+        gen = torch.Generator().manual_seed(5)
+        planted = Transform()
+        for i in range(arch.n_layer):
+            for role, spec in arch.groups.items():
+                name = group_name(role, i if spec.per_layer else None)
+                if role in ("residual", "heads", "kv_heads", "mlp"):
+                    planted.elements[name] = IndexMap(torch.randperm(spec.size, generator=gen), None, spec.size)
+                elif role == "query_heads":
+                    planted.elements[name] = kind(spec.kind).random(spec.size, spec.batch, gen)
+                elif role == "ov":
+                    n = spec.batch or arch.n_head
+                    eye = torch.eye(spec.size)
+                    planted.elements[name] = LinearMap(torch.stack(
+                        [eye[:, torch.randperm(spec.size, generator=gen)] for _ in range(n)]))
+        model_b = adapter.from_canonical(planted.apply(view_a, arch), model)
+        x = probe_inputs(model, n=16)
+        batch = x if adapter.task == "lm" else (x, torch.zeros(x.shape[0], dtype=torch.long))
+        data = IterableData([batch], adapter.task)
+        try:
+            found = activation_align(model, model_b, data=data, batches=1, progress=False)
+        except UnsupportedModel as e:  # a family whose groups activation matching cannot fill says so
+            assert "activation matching" in str(e)
+            return
+        assert found.report["distance_before"] > 0.1
+        if not arch.relu:
+            assert found.report["distance_after"] <= MATCH_TOL, found.report["distance_after"]
+            return
+        # ReLU units that never fire on the probe have no correlations to match by: everything else must be
+        # recovered, and any MLP unit left unmatched must be such a dead unit
+        from glmc.matching.activation import _record
+        from glmc.matching.common import canonical_cpu_view
+
+        va, vb = canonical_cpu_view(adapter, found.model_a), canonical_cpu_view(adapter, found.model_b)
+        acts = {}
+        canon = adapter.from_canonical(view_a, model)
+        hooks = _record(adapter, canon, acts)
+        adapter.forward(canon, next(data.batches("train")))
+        for h in hooks:
+            h.remove()
+        for k in va:
+            unit_axis = 0 if va[k].ndim == 1 or va[k].shape[0] == arch.d_mlp else -1  # the MLP's unit axis
+            diff = (va[k] - vb[k]).abs().movedim(unit_axis, 0)
+            wrong = diff.reshape(diff.shape[0], -1).amax(-1) > 1e-5 * va[k].abs().max()
+            if ".mlp.in." in k or k.endswith(".mlp.out.w"):
+                hidden = acts[k.rsplit(".mlp.", 1)[0] + ".mlp.out"]
+                dead = hidden.reshape(-1, hidden.shape[-1]).abs().amax(0) == 0
+                assert not (wrong & ~dead).any(), k
+            else:
+                assert not wrong.any(), k
+
     def test_save_and_reload_keep_logits(self, config, tmp_path):
         model, adapter, arch = self.parts(config)
         x = probe_inputs(model)

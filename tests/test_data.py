@@ -38,6 +38,20 @@ def test_shakespeare_char():
     assert 3.0 < ds.unigram_entropy("test") < 3.6
 
 
+def test_python_stdlib_is_a_code_corpus_every_machine_has():
+    import sysconfig
+
+    from glmc.data.text import STDLIB_CHARS, read_python_stdlib
+
+    text = read_python_stdlib()
+    assert len(text) == STDLIB_CHARS and text.startswith("# file: ") and "\ndef " in text
+    first = text.split("\n", 1)[0][len("# file: "):]
+    assert first == min(p.name for p in Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    ds = D.load("python-stdlib", tokenizer="bpe:300", context=32)
+    assert ds.task == "lm" and ds.vocab_size == 300 and ds.spec["source"] == "python-stdlib"
+    assert torch.equal(covered_tokens(ds, "val"), ds.tokens["val"][1:])
+
+
 @needs_tiny_shakespeare
 def test_text_file_split_is_contiguous_and_exact():
     text = TINY_SHAKESPEARE.read_text(encoding="utf-8")

@@ -21,8 +21,8 @@ def test_demo_runs_and_reuses_its_models(tmp_path):
 
 
 @pytest.mark.slow
-def test_llama_demo_leaves_out_what_llama_does_not_support(tmp_path):
+def test_llama_demo_runs_every_method(tmp_path):
     out = run_cli("demo", "--family", "llama", "--out", tmp_path, "--steps", 10, "--max-batches", 2, "--no-progress")
     res = json.loads((tmp_path / "barriers.json").read_text())
-    assert list(res["results"]) == ["none", "weight", "learned"] and res["demo"]["family"] == "llama"
+    assert list(res["results"]) == ["none", "activation", "weight", "learned"] and res["demo"]["family"] == "llama"
     assert (tmp_path / "llama-seed0" / "config.json").is_file() and "Llama decoders" in out

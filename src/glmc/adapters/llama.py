@@ -93,7 +93,7 @@ class LlamaAdapter(TokenLM, Adapter):
     label = "Llama-family (Llama, Mistral, Qwen2)"
     dir_format = "config.json with model_type 'llama', 'mistral' or 'qwen2' + *.safetensors (save_pretrained)"
     presets = PRESETS
-    model_options = ("layers", "width", "heads", "kv_heads", "mlp", "tied", "activation")
+    model_options = ("layers", "width", "heads", "kv_heads", "head_dim", "mlp", "tied", "activation")
 
     @staticmethod
     def matches(model) -> bool:
@@ -140,8 +140,8 @@ class LlamaAdapter(TokenLM, Adapter):
         act = "gated-" + c.hidden_act  # never "relu": gated units do not split (Arch.relu)
         return Arch("llama", "lm", c.num_hidden_layers, c.hidden_size, c.num_attention_heads, d_head,
                     c.intermediate_size, act, c.rms_norm_eps, norm="rmsnorm",
-                    unsupported={"rectangular": "widening is not implemented for Llama-family models yet (a "
-                                                "wider head under RoPE would change its frequencies)"},
+                    unsupported={"rectangular-heads": "RoPE's frequencies depend on the head size, and padded "
+                                                      "heads would need padded key/value groups"},
                     groups=llama_groups(c.hidden_size, c.num_attention_heads, n_kv, d_head, c.intermediate_size))
 
     def layout(self, model) -> Layout:
@@ -149,17 +149,21 @@ class LlamaAdapter(TokenLM, Adapter):
         return Layout(c.num_hidden_layers, dims={"n_head": c.num_attention_heads, "n_kv_head": c.num_key_value_heads})
 
     def build(self, vocab_size, context, layers, width, heads, mlp, kv_heads=None, tied=False, activation="silu",
-              model_type="llama", qkv_bias=None):
+              model_type="llama", qkv_bias=None, head_dim=None):
         import transformers
 
         kv_heads = kv_heads or heads
-        if width % heads or heads % kv_heads:
-            raise ValueError(f"need width % heads == 0 and heads % kv_heads == 0, got {width}, {heads}, {kv_heads}")
+        if heads % kv_heads or (head_dim is None and width % heads):
+            raise ValueError(f"need heads % kv_heads == 0 and, without head_dim, width % heads == 0; got width "
+                             f"{width}, heads {heads}, kv_heads {kv_heads}")
+        if head_dim is not None and head_dim % 2:
+            raise ValueError(f"head_dim must be even (RoPE rotates coordinate pairs), got {head_dim}")
         cls = getattr(transformers, CLASSES[model_type])
         cfg = cls.config_class(vocab_size=vocab_size, max_position_embeddings=context, hidden_size=width,
                                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                                intermediate_size=mlp, hidden_act=activation, tie_word_embeddings=tied,
-                               bos_token_id=0, eos_token_id=0, pad_token_id=None)
+                               bos_token_id=0, eos_token_id=0, pad_token_id=None,
+                               head_dim=head_dim or width // heads)
         return cls(cfg)
 
     def load(self, path):

@@ -16,8 +16,6 @@ DEMO_SHAPE = dict(layers=4, width=128, heads=4, mlp=512, dropout=0.0, tied=True,
 # `--family llama`: the `glmc train llama` CPU preset's shape (4 query heads sharing 2 key/value heads, SwiGLU)
 SHAPES = {"gpt2": DEMO_SHAPE,
           "llama": dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False)}
-# activation matching does not yet handle key/value heads shared by several query heads (see the README)
-LEFT_OUT = {"llama": ("activation",)}
 NAMES = {"gpt2": "GPT-2s", "llama": "Llama decoders (RMSNorm, RoPE, SwiGLU, 4 query / 2 key-value heads)"}
 PRESETS = {
     "quick": dict(context=64, steps=500, learned_steps=150, max_batches=10, out="runs/demo",
@@ -86,7 +84,7 @@ def command(family, full, out_dir, steps, methods, max_batches, progress):
     steps = steps or preset["steps"]
     max_batches = max_batches or preset["max_batches"]
     chosen = (parse_methods(methods, "--methods") if methods  # before minutes of training
-              else [m for m in preset["methods"] if m not in LEFT_OUT.get(family, ())])
+              else preset["methods"])
     check_out_path(out, "--out", directory=True)
     for seed in (0, 1):
         _train_or_reuse(out / f"{family}-seed{seed}", family, seed, steps, preset["context"], progress)

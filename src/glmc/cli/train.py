@@ -45,7 +45,8 @@ def command():
 
 
 @command.command("gpt2")
-@click.option("--data", default="shakespeare", show_default=True, help="shakespeare or text:PATH.")
+@click.option("--data", default="shakespeare", show_default=True,
+              help="shakespeare, python-stdlib (a code corpus) or text:PATH.")
 @click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
 @click.option("--context", type=COUNT, help="Context length in tokens.")
 @click.option("--tied/--untied", default=None,
@@ -65,19 +66,23 @@ def gpt2(data, tokenizer, context, tied, activation, **opts):
 
 
 @command.command("llama")
-@click.option("--data", default="shakespeare", show_default=True, help="shakespeare or text:PATH.")
+@click.option("--data", default="shakespeare", show_default=True,
+              help="shakespeare, python-stdlib (a code corpus) or text:PATH.")
 @click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
 @click.option("--context", type=COUNT, help="Context length in tokens.")
 @click.option("--kv-heads", type=COUNT, help="Key/value heads (grouped-query attention; must divide --heads).")
+@click.option("--head-dim", type=click.IntRange(min=2), help="Head size, even (RoPE pairs) [width / heads]; a "
+              "narrower model that keeps the wide one's head size can be aligned to it (narrow → wide).")
 @click.option("--tied/--untied", default=None, help="Tie the LM head to the embeddings [preset: untied].")
 @_common
-def llama(data, tokenizer, context, kv_heads, tied, **opts):
+def llama(data, tokenizer, context, kv_heads, head_dim, tied, **opts):
     """A Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention) on text. Preset: cpu (4 layers,
     width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, untied, char tokenizer)."""
     from glmc.adapters import adapter_named
 
     adapter = adapter_named("llama")
-    p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, kv_heads=kv_heads, tied=tied)
+    p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, kv_heads=kv_heads, head_dim=head_dim,
+               tied=tied)
     spec = {"source": data, "tokenizer": p["tokenizer"], "context": p["context"]}
     _run(adapter, spec, p, opts)
 

@@ -5,8 +5,8 @@ stores the completed spec (with sizes, checksums and normalisation filled in) in
 
 Language modelling::
 
-    {"task": "lm", "source": "shakespeare" | "text:/abs/path.txt", "tokenizer": "char" | "gpt2" | "bpe:N",
-     "context": 128, "split": {"train": 0.9, "val": 0.05, "test": 0.05}}
+    {"task": "lm", "source": "shakespeare" | "python-stdlib" | "text:/abs/path.txt",
+     "tokenizer": "char" | "gpt2" | "bpe:N", "context": 128, "split": {"train": 0.9, "val": 0.05, "test": 0.05}}
 
 Image classification::
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from .text import DEFAULT_SPLIT
 from .tokenizer import check_kind
 
-TEXT_SOURCES = ("shakespeare", "text:")
+TEXT_SOURCES = ("shakespeare", "python-stdlib", "text:")
 IMAGE_SOURCES = ("mnist", "fashion-mnist", "digits", "cifar10:", "cifar100:", "folder:")
 # which image sources augment by default: CIFAR-style natural images do, digit-like ones do not
 AUGMENT_DEFAULT = {"cifar10": "crop-flip", "cifar100": "crop-flip"}
@@ -28,18 +28,20 @@ AUGMENTS = ("none", "crop-flip")
 
 
 def source_kind(source: str) -> str:
-    """'shakespeare', 'text', 'mnist', 'fashion-mnist', 'digits', 'cifar10', 'cifar100' or 'folder'."""
+    """'shakespeare', 'python-stdlib', 'text', 'mnist', 'fashion-mnist', 'digits', 'cifar10', 'cifar100' or
+    'folder'."""
     kind = source.split(":", 1)[0]
-    if kind in ("shakespeare", "text", "mnist", "fashion-mnist", "digits", "cifar10", "cifar100", "folder"):
+    if kind in ("shakespeare", "python-stdlib", "text", "mnist", "fashion-mnist", "digits", "cifar10", "cifar100",
+                "folder"):
         if kind in ("text", "cifar10", "cifar100", "folder") and ":" not in source:
             raise ValueError(f"data {source!r} needs a path: {kind}:PATH")
         return kind
-    raise ValueError(f"unknown data source {source!r}; known: shakespeare, text:PATH, mnist, "
+    raise ValueError(f"unknown data source {source!r}; known: shakespeare, python-stdlib, text:PATH, mnist, "
                      "fashion-mnist[:DIR], digits, cifar10:DIR, cifar100:DIR, folder:DIR")
 
 
 def task_of(source: str) -> str:
-    return "lm" if source_kind(source) in ("shakespeare", "text") else "cls"
+    return "lm" if source_kind(source) in ("shakespeare", "python-stdlib", "text") else "cls"
 
 
 def _absolute(source: str) -> str:

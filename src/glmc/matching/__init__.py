@@ -96,7 +96,7 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
     if any(x > y for x, y in zip(_shape(narrow), w)):
         raise IncompatibleModels("one model must be at most as wide as the other in every width (residual, heads, "
                                  f"head size, MLP): {_shape(model_a)} vs {_shape(model_b)}")
-    embedded = widen_model(narrow, w[1], n_head=w[2], d_mlp=w[4]).to(model_device(narrow))
+    embedded = widen_model(narrow, w[1], n_head=w[2], d_mlp=w[4], d_head=w[3]).to(model_device(narrow))
     # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
     eps_effect = _eps_effect(embedded, wide)
     learned = method.startswith("learned")

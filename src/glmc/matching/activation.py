@@ -4,7 +4,9 @@ Both models are canonicalised, run on the same training batches, and matched by 
   residual   one global permutation from the residual stream after every block (correlations summed);
   heads      per layer, heads by linear assignment on the best within-head matching of per-head outputs
              (the value side, z_h = softmax(·)·V_h), and the dimensions inside each head by that matching
-             (an OV map that is a permutation);
+             (an OV map that is a permutation); under grouped-query attention, key/value groups and the query
+             heads inside them on the same scores (weight.grouped_assignment), and one dimension permutation
+             per key/value head from the summed correlations of its matched query heads (they share V);
   MLP units  per layer, linear assignment on the hidden activations' correlations.
 Everything found is an exact symmetry, so B′ keeps B's function.
 """
@@ -17,7 +19,7 @@ from tqdm.auto import tqdm
 from glmc.errors import BadOption, UnsupportedModel
 from glmc.matching.common import canonical_pair, finish, model_device
 from glmc.matching.nullspace import free_probes
-from glmc.matching.weight import _assignment
+from glmc.matching.weight import _assignment, grouped_assignment
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
@@ -72,23 +74,43 @@ def correlations(adapter, model_a, model_b, batches) -> dict[str, Correlation]:
     return corr
 
 
-def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, LinearMap]:
-    """c: correlations of concatenated head outputs [H·dh, H·dh] → (head permutation, per-head dim permutation)."""
+def _block_scores(c: torch.Tensor, n_head: int):
+    """Per head pair of the [H·dh, H·dh] output correlations: (blocks [h_a, h_b, dh, dh], score of their best
+    dimension matching [h_a, h_b])."""
     dh = c.shape[0] // n_head
-    blocks = c.reshape(n_head, dh, n_head, dh).permute(0, 2, 1, 3)  # [h_a, h_b, dh, dh]
+    blocks = c.reshape(n_head, dh, n_head, dh).permute(0, 2, 1, 3)
     score = torch.zeros(n_head, n_head, dtype=torch.float64)
-    inner = {}
     for h in range(n_head):
         for j in range(n_head):
-            m = _assignment(blocks[h, j])
-            inner[h, j] = m.src
-            score[h, j] = blocks[h, j][torch.arange(dh), m.src].sum()
+            score[h, j] = blocks[h, j][torch.arange(dh), _assignment(blocks[h, j]).src].sum()
+    return blocks, score
+
+
+def _dim_maps(blocks: torch.Tensor, src: torch.Tensor, r: int) -> LinearMap:
+    """One value-dimension permutation per group of r query heads (they share a value head), on the summed
+    correlations of the group's matched head pairs; v ↦ v·P: new dim k takes old dim src[k]."""
+    n, dh = blocks.shape[0] // r, blocks.shape[-1]
+    mats = torch.zeros(n, dh, dh)
+    for g in range(n):
+        total = sum(blocks[h, int(src[h])] for h in range(g * r, (g + 1) * r))
+        mats[g, _assignment(total).src, torch.arange(dh)] = 1.0
+    return LinearMap(mats)
+
+
+def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, LinearMap]:
+    """c: correlations of concatenated head outputs [H·dh, H·dh] → (head permutation, per-head dim permutation)."""
+    blocks, score = _block_scores(c, n_head)
     heads = _assignment(score)
-    mats = torch.zeros(n_head, dh, dh)
-    for h in range(n_head):
-        src = inner[h, int(heads.src[h])]
-        mats[h, src, torch.arange(dh)] = 1.0  # v ↦ v·P: new dim k takes old dim src[k]
-    return heads, LinearMap(mats)
+    return heads, _dim_maps(blocks, heads.src, 1)
+
+
+def match_grouped_heads_by_outputs(c: torch.Tensor, n_head: int, n_kv: int):
+    """Grouped-query attention: (key/value-group permutation, query permutation inside the groups, one value
+    dimension permutation per key/value head), from the query heads' output correlations."""
+    blocks, score = _block_scores(c, n_head)
+    groups, query = grouped_assignment(score, n_head // n_kv)
+    total = groups._shared(n_head)[0][query.src]  # the B head each position takes
+    return groups, query, _dim_maps(blocks, total, n_head // n_kv)
 
 
 def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
@@ -109,8 +131,14 @@ def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = Tr
     residual = sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer))
     t = Transform({"residual": _assignment(residual)})
     for i in range(arch.n_layer):
-        heads, ov = match_heads_by_outputs(corr[f"blocks.{i}.attn.o"].value(), arch.n_head)
-        found = {"heads": heads, "ov": ov, "mlp": _assignment(corr[f"blocks.{i}.mlp.out"].value())}
+        out = corr[f"blocks.{i}.attn.o"].value()
+        if "heads" in arch.groups:
+            heads, ov = match_heads_by_outputs(out, arch.n_head)
+            found = {"heads": heads, "ov": ov}
+        else:
+            kv, query, ov = match_grouped_heads_by_outputs(out, arch.n_head, arch.groups["kv_heads"].size)
+            found = {"kv_heads": kv, "query_heads": query, "ov": ov}
+        found["mlp"] = _assignment(corr[f"blocks.{i}.mlp.out"].value())
         t.elements.update({group_name(role, i): e for role, e in found.items() if role in arch.groups})
     report = {"method": "activation", "batches": len(train), "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None
@@ -119,11 +147,7 @@ def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = Tr
 
 def _check_kinds(arch) -> None:
     """Activation matching finds permutations; each group it fills must admit them."""
-    if "heads" not in arch.groups and "kv_heads" in arch.groups:
-        raise UnsupportedModel(f"activation matching pairs heads one by one; this {arch.family} model's query heads "
-                               "share key/value heads (kv_heads), which it does not match yet: use --method weight "
-                               "or learned")
-    for role in ("residual", "heads", "ov", "mlp"):
+    for role in ("residual", "heads", "kv_heads", "ov", "mlp"):  # query_heads: grouped by construction
         spec = arch.groups.get(role)
         if spec is not None and not kind(spec.kind).admits("permutation") and "permutation" not in spec.subgroups:
             raise UnsupportedModel(f"activation matching finds permutations, which the {spec.kind} {role} group of "

@@ -14,8 +14,9 @@ The free set, for B's canonical view (S: span of B's residual writes; P_S, P_⊥
   k.w            Δ·P_⊥ + Π_K·Δ·P_S          Π_K: key dimensions B's queries never use (Q·Π_K = 0)
   v.w            Δ·P_⊥ + Π_V·Δ·P_S          Π_V: value dimensions B's output map drops (Π_V·O = 0)
   k.b, v.b       Π_K·Δb, Π_V·Δb
-  mlp.in.w, .b   Δ·P_⊥ + m⊙Δ·P_S, m⊙Δb       m: units with zero output weights
-(Only keys or queries can take the free dimensions, not both: keys do.) The free directions are found once,
+  mlp.in.w, .b   Δ·P_⊥ + m⊙Δ·P_S, m⊙Δb       m: units with zero output weights (a gate like mlp.in.w)
+(Only keys or queries can take the free dimensions, not both: keys do. Under grouped-query attention a key or
+value dimension is free only where all the query heads of its group leave it.) The free directions are found once,
 on the embedded view, and carried through the symmetry transform as "probes": tensors the spec moves like the
 real ones (S like a writer, Π_K's directions like K, Π_V's like V, m like an MLP bias), so the fill stays
 exact, and differentiable, for any transform.
@@ -40,9 +41,13 @@ def free_probes(view: dict, n_layer: int) -> dict:
     probes = {keys[0]: basis.to(view[keys[0]].dtype)}  # keyed as a writer, so the residual map moves it as one
     for i in range(n_layer):
         p = f"blocks.{i}."
-        q, o = view[p + "attn.q.w"], view[p + "attn.o.w"]  # [H, dh, d]
-        probes[p + "attn.k.w"] = torch.diag_embed((q.abs().sum(-1) == 0).float())  # unused query dims
-        probes[p + "attn.v.w"] = torch.diag_embed((o.abs().sum(-1) == 0).float())  # dims O drops
+        q, o, n_kv = view[p + "attn.q.w"], view[p + "attn.o.w"], view[p + "attn.k.w"].shape[0]  # [H, dh, d]
+
+        def unused(w, n_kv=n_kv):  # dims no query head of a key/value group uses: [H_kv, dh]
+            return (w.abs().sum(-1) == 0).reshape(n_kv, -1, w.shape[1]).all(1).float()
+
+        probes[p + "attn.k.w"] = torch.diag_embed(unused(q))  # key dims no query reads
+        probes[p + "attn.v.w"] = torch.diag_embed(unused(o))  # value dims every O drops
         probes[p + "mlp.in.b"] = (view[p + "mlp.out.w"].abs().sum(-1) == 0).float()
     return probes
 
@@ -50,7 +55,7 @@ def free_probes(view: dict, n_layer: int) -> dict:
 def filled_keys(view: dict, n_layer: int, head: bool = True) -> list[str]:
     """The tensors `fill` changes."""
     keys = expand_keys([f"blocks.{{i}}.{k}" for k in ("attn.q.w", "attn.k.w", "attn.v.w", "attn.k.b", "attn.v.b",
-                                                     "mlp.in.w", "mlp.in.b")], n_layer, view)
+                                                     "mlp.in.w", "mlp.in.b", "mlp.gate.w")], n_layer, view)
     return keys + (["head.w"] if head and "head.w" in view else [])
 
 
@@ -124,8 +129,10 @@ def fill(view_a: dict, view_b: dict, probes: dict, n_layer: int, head: bool = Tr
             if p + f"attn.{x}.b" in view_b:
                 plus(p + f"attn.{x}.b", (pi @ delta(p + f"attn.{x}.b").unsqueeze(-1)).squeeze(-1))
         m = probes[p + "mlp.in.b"]
-        dw = delta(p + "mlp.in.w")
-        plus(p + "mlp.in.w", dw @ p_perp + m[:, None] * (dw @ p_s))
+        for w in ("mlp.in.w", "mlp.gate.w"):  # a gated MLP's gate reads the stream like its up projection
+            if p + w in view_b:
+                dw = delta(p + w)
+                plus(p + w, dw @ p_perp + m[:, None] * (dw @ p_s))
         if p + "mlp.in.b" in view_b:  # absent in bias-free MLPs
             plus(p + "mlp.in.b", m * delta(p + "mlp.in.b"))
     if head and "head.w" in view_b:

@@ -265,12 +265,16 @@ def match_mlp(view_a, view_b, i) -> IndexMap:
 
 def match_grouped_heads(fa, fb, r: int) -> tuple[IndexMap, IndexMap]:
     """(key/value-group permutation, query-head permutation inside the groups) under grouped-query attention:
-    circuit similarity of query heads (each with its group's key and value), groups assigned on the sum over a
-    group pair's best within-group query assignment."""
+    circuit similarity of query heads, each with its group's key and value (grouped_assignment)."""
     qa, ka, va, oa = fa
     qb, kb, vb, ob = fb
     ka, va, kb, vb = (t.repeat_interleave(r, 0) for t in (ka, va, kb, vb))  # each query head's key/value head
-    s = circuit_similarity(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)  # [H_a, H_b]
+    return grouped_assignment(circuit_similarity(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob), r)
+
+
+def grouped_assignment(s: torch.Tensor, r: int) -> tuple[IndexMap, IndexMap]:
+    """Query-head similarities s [H_a, H_b] → (group permutation, query permutation inside the groups): groups
+    of r consecutive heads assigned on the sum over a group pair's best within-group query assignment."""
     g = s.shape[0] // r
     blocks = s.reshape(g, r, g, r).permute(0, 2, 1, 3)  # [group a, group b, query in a, query in b]
     within = {(x, y): _assignment(blocks[x, y]) for x in range(g) for y in range(g)}

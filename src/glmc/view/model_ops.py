@@ -61,11 +61,11 @@ def logits(model, inputs) -> torch.Tensor:
 
 
 def widen_model(model, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
-                o: torch.Tensor | None = None):
+                o: torch.Tensor | None = None, d_head: int | None = None):
     """`model` embedded exactly into a wider architecture of the same family (see glmc/view/widen.py)."""
     from glmc.view.widen import widen
 
     view, adapter = canonical_view(model)
     refuse_unsupported(adapter.arch(model), ["rectangular"])
-    wide, eps = widen(view, adapter.arch(model), d_model, n_head, d_mlp, o)
+    wide, eps = widen(view, adapter.arch(model), d_model, n_head, d_mlp, o, d_head)
     return adapter.from_canonical(wide, model, ln_eps=eps)

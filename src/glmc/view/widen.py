@@ -2,7 +2,8 @@
 
 Residual: x ↦ x·O with O ∈ R^{N×M}, O·Oᵀ = I_N and O·1_M ∝ 1_N (mean-zero streams stay mean-zero). ‖x·O‖ = ‖x‖
 but LayerNorm divides by √(‖x‖²/M + ε), so with ε_M = ε_N·N/M: LN_M(x·O) = √(M/N)·LN_N(x)·O. Readers are
-therefore scaled by c = √(N/M) and surviving LayerNorm biases by 1/c.
+therefore scaled by c = √(N/M) and surviving LayerNorm biases by 1/c. The same holds for an RMS norm (any
+orthonormal O, no mean condition).
 Heads: per-head dimensions are zero-padded (Q scaled by √(d_head_wide/d_head) to keep the softmax temperature,
 since attention divides by √d_head); extra heads are all-zero. MLP: extra units have zero in- and out-weights.
 Works on canonical views (see glmc/view/canonical.py); family-agnostic.
@@ -71,15 +72,22 @@ def pad_mlp(view: dict, arch, d_mlp: int) -> dict:
 
 
 def widen(view: dict, arch, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
-          o: torch.Tensor | None = None) -> tuple[dict, float]:
-    """(wide canonical view, LayerNorm eps for the wide model). Head count defaults to the narrow model's, so
-    d_head grows with the residual width (HF GPT-2 and ViT need n_head·d_head = d_model)."""
+          o: torch.Tensor | None = None, d_head: int | None = None) -> tuple[dict, float]:
+    """(wide canonical view, norm eps for the wide model). Head count defaults to the narrow model's; head size
+    to d_model / n_head (HF GPT-2 and ViT need n_head·d_head = d_model), or to the narrow one's where the family
+    cannot pad heads (`arch.unsupported["rectangular-heads"]`: RoPE frequencies depend on the head size)."""
     n_head = n_head or arch.n_head
-    if d_model % n_head:
-        raise ValueError(f"d_model {d_model} is not divisible by n_head {n_head}")
-    d_head = d_model // n_head
+    fixed_heads = arch.unsupported.get("rectangular-heads")
+    d_head = d_head or (arch.d_head if fixed_heads else d_model // n_head)
+    if not fixed_heads and n_head * d_head != d_model:
+        raise ValueError(f"d_model {d_model} is not n_head {n_head} × d_head {d_head}")
     if d_model < arch.d_model or n_head < arch.n_head or d_head < arch.d_head or (d_mlp or arch.d_mlp) < arch.d_mlp:
         raise ValueError("widen only grows widths; for a narrower target swap the models")
+    if fixed_heads and (n_head, d_head) != (arch.n_head, arch.d_head):
+        from glmc.errors import UnsupportedModel
+
+        raise UnsupportedModel(f"cannot widen the heads of this {arch.family} model ({arch.n_head} × {arch.d_head} → "
+                               f"{n_head} × {d_head}): {fixed_heads}; residual and MLP widths can differ")
     o = residual_embedding(arch, d_model) if o is None else o
     v = embed_residual(view, arch, o)
     if (n_head, d_head) != (arch.n_head, arch.d_head):
