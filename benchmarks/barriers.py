@@ -83,6 +83,8 @@ def main(argv=None):
     ap.add_argument("--out", default="benchmarks/results", type=Path)
     ap.add_argument("--max-batches", type=int, default=40, help="test batches per λ point")
     ap.add_argument("--learned-steps", type=int, default=300)
+    ap.add_argument("--learned-lr", default="", help="comma-separated learning rates: one learned row each, beside "
+                    "the default one (e.g. '0.01')")
     ap.add_argument("--train-args", default="", help="extra arguments for glmc train (e.g. '--steps 300')")
     ap.add_argument("--circuit-methods", default="weight,learned",
                     help="methods also run in --mode circuit, for the native-vs-circuit comparison ('' for none)")
@@ -104,13 +106,15 @@ def main(argv=None):
         batches = list(ds.batches("test", 32, max_batches=args.max_batches, shuffle=False))
         vanilla = None
         step_s = train_step_seconds(a, ds)
-        runs = [(m, "native") for m in args.methods.split(",")]
-        runs += [(m, "circuit") for m in args.circuit_methods.split(",") if m]
-        for method, mode in runs:
+        runs = [(m, "native", None) for m in args.methods.split(",")]
+        runs += [("learned", "native", float(lr)) for lr in args.learned_lr.split(",") if lr]
+        runs += [(m, "circuit", None) for m in args.circuit_methods.split(",") if m]
+        for method, mode, lr in runs:
             torch.manual_seed(0)
             t0 = time.perf_counter()
+            extra = {} if lr is None else {"lr": lr}
             al = align(a, b, method, **method_options(method, dict(data=ds, progress=False, steps=args.learned_steps,
-                                                                   mode=mode)))
+                                                                   mode=mode, **extra)))
             seconds = time.perf_counter() - t0
             ends = [al.model_a, al.model_b]
             if mode == "circuit":
@@ -121,7 +125,8 @@ def main(argv=None):
             m = barrier_metrics(curve)
             vanilla = m["loss_barrier"] if method == "none" else vanilla
             rep = al.report
-            row = {"task": task, "method": method, "mode": mode, "loss_A": m["loss_endpoints"][0],
+            label = method if lr is None else f"{method} (lr {lr:g})"
+            row = {"task": task, "method": label, "mode": mode, "loss_A": m["loss_endpoints"][0],
                    "loss_B": m["loss_endpoints"][1], "barrier": m["loss_barrier"],
                    "pct_of_vanilla": 100 * m["loss_barrier"] / vanilla if vanilla else float("nan"),
                    "barrier_mean": m["loss_barrier_mean"], "acc_drop": m["acc_drop"], "align_s": seconds,
@@ -130,7 +135,7 @@ def main(argv=None):
                    "best_step": rep.get("best_step"), "params": sum(p.numel() for p in ends[0].parameters()),
                    "max_dlogits": rep.get("max_dlogits_b"), "peak_mb": peak_mb()}
             rows.append(row)
-            results[f"{task}/{method}/{mode}"] = {"row": row, "curve": curve, "report": rep}
+            results[f"{task}/{row['method']}/{mode}"] = {"row": row, "curve": curve, "report": rep}
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
     write(rows, results, args.out)
 

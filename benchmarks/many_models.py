@@ -45,6 +45,7 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=128, help="the wide models' residual width")
     ap.add_argument("--train-args", default="")
     ap.add_argument("--experiments", default="simplex,widths", help="which parts to run: simplex, widths")
+    ap.add_argument("--ratios", default="2,4", help="width ratios of the narrow models (seeds 3, 4, …)")
     args = ap.parse_args(argv)
 
     import glmc.data
@@ -90,7 +91,8 @@ def main(argv=None):
             results[f"{task}/simplex"] = surfaces
 
         wide = models[0]
-        for ratio, seed in ((2, 3), (4, 4)) if "widths" in parts else ():
+        ratios = [int(r) for r in args.ratios.split(",") if r]
+        for ratio, seed in zip(ratios, range(3, 3 + len(ratios))) if "widths" in parts else ():
             narrow_path = trained(task, seed, args.cache, extra, width=args.width // ratio)
             narrow = load_model(narrow_path)[0]
             base, curves = None, {}

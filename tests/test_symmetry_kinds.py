@@ -83,6 +83,29 @@ def test_scale_rotation_commutes_with_rotary_embeddings():
     assert torch.allclose(x @ rot, x * torch.cat([cos, cos]) + rotate_half * torch.cat([sin, sin]), atol=1e-12)
 
 
+def test_rotary_head_similarity_sees_exactly_the_rotary_qk_maps():
+    """weight matching's per-plane QK similarity: unchanged by any scale-rotation QK map (q ↦ C·q, k ↦ C^-T·k),
+    changed by a general invertible one (which RoPE does not admit), and ‖M‖² of the per-plane circuits on the
+    diagonal."""
+    from glmc.matching.weight import circuit_similarity, rotary_circuit_similarity
+
+    gen = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(3, 8, 6, dtype=torch.float64, generator=gen) for _ in range(2))  # [heads, k, d]
+    base = rotary_circuit_similarity(q, k, q, k)
+    rot = kind("scale-rotation").random(8, 3, gen)
+    moved = rotary_circuit_similarity(q, k, rot.act(q, 1, "co", 0), rot.act(k, 1, "contra", 0))
+    assert torch.allclose(moved, base, atol=1e-10)
+    general = kind("invertible").random(8, 3, gen)
+    assert not torch.allclose(rotary_circuit_similarity(q, k, general.act(q, 1, "co", 0),
+                                                        general.act(k, 1, "contra", 0)), base, atol=1e-3)
+    # the whole-circuit similarity cannot tell those two apart
+    assert torch.allclose(circuit_similarity(q, k, general.act(q, 1, "co", 0), general.act(k, 1, "contra", 0)),
+                          circuit_similarity(q, k, q, k), atol=1e-8)
+    zq, zk = torch.complex(q[:, :4], q[:, 4:]), torch.complex(k[:, :4], k[:, 4:])
+    per_plane = torch.einsum("hpd,hpe->hpde", zq, zk.conj())  # M_p = z_q ⊗ conj(z_k)
+    assert torch.allclose(base.diagonal(), per_plane.abs().pow(2).sum((-1, -2, -3)), atol=1e-10)
+
+
 def test_shared_maps_serve_consecutive_entries():
     """b maps (one per key/value head) on an axis of b·r entries (query heads): entry j uses map j // r."""
     gen = torch.Generator().manual_seed(4)
