@@ -84,7 +84,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
             None: the data recorded beside model A (see glmc/api/data.py).
         **options: the method's own, keyword only (an unknown one raises TypeError listing the valid ones):
             weight: iterations=15, residual=None ("permutation": the residual permutation subgroup),
-                head_maps=True, mode="native", progress=True
+                head_maps=True, head_similarity="auto" (heads compared per rotary plane under RoPE; "circuit": whole
+                QK circuits), mode="native", progress=True
             activation: batches=32, batch_size=32, progress=True
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
                 lr=1e-3, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
