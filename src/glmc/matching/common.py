@@ -72,8 +72,9 @@ def residual_keys(view, n_layer: int) -> list[str]:
 
 def view_distance(view_a: dict, view_b: dict) -> float:
     """Σ‖A − B‖² / Σ‖A‖² over every tensor: 0 when B's weights coincide with A's."""
-    num = sum(float((view_a[k].double() - view_b[k].double()).pow(2).sum()) for k in view_a)
-    den = sum(float(view_a[k].double().pow(2).sum()) for k in view_a)
+    # float32 differences, float64 sums: no float64 copy of a big tensor (an embedding is 0.3 GB in float64)
+    num = sum(float(torch.linalg.vector_norm(view_a[k] - view_b[k], dtype=torch.float64) ** 2) for k in view_a)
+    den = sum(float(torch.linalg.vector_norm(view_a[k], dtype=torch.float64) ** 2) for k in view_a)
     return num / den
 
 

@@ -36,6 +36,7 @@ Stops when the relative distance no longer improves by 1e-6, or after `iteration
 from __future__ import annotations
 
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import torch
 from scipy.optimize import linear_sum_assignment
@@ -47,7 +48,7 @@ from glmc.matching.nullspace import free_probes
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import ScaleRotation, kind
 from glmc.symmetry.spec import group_name
-from glmc.symmetry.transform import Transform
+from glmc.symmetry.transform import Transform, apply_elements
 
 HEAD_SIMILARITIES = ("auto", "circuit")
 INIT_KEYS = ("embed", "pos_embed", "patch.w", "patch.b", "cls", "registers")
@@ -72,9 +73,57 @@ def residual_cross(view_a: dict, view_b: dict, keys, balanced: bool = True) -> t
     d = view_a[keys[0]].shape[-1]
     m = torch.zeros(d, d, dtype=torch.float64)
     for k in keys:
-        a, b = view_a[k].double().reshape(-1, d), view_b[k].double().reshape(-1, d)
-        m += b.T @ a / ((a.norm() * b.norm()).clamp_min(1e-30) if balanced else 1.0)
+        m += _cross(view_a[k], view_b[k], balanced)
     return m
+
+
+def _cross(a, b, balanced: bool) -> torch.Tensor:
+    """B_tᵀ·A_t (/ ‖A_t‖·‖B_t‖), float64. Big tensors (embeddings, LM heads) multiply in float32, 5-10× faster
+    than float64 and accurate to ~1e-6 relative: a Procrustes target needs no more."""
+    d = a.shape[-1]
+    work = torch.float64 if a.numel() <= 1 << 20 else torch.float32
+    a, b = a.reshape(-1, d).to(work), b.reshape(-1, d).to(work)
+    m = (b.T @ a).double()
+    if balanced:
+        m /= (torch.linalg.vector_norm(a, dtype=torch.float64) * torch.linalg.vector_norm(b, dtype=torch.float64)
+              ).clamp_min(1e-30)
+    return m
+
+
+def layer_chunks(view: dict, n_layer: int) -> list[list[str]]:
+    """The view's keys, one list per block, then the rest (embeddings, head, final norm): weight matching walks
+    the model one chunk at a time, so no iteration holds a transformed copy of the whole model."""
+    blocks = [[k for k in view if k.startswith(f"blocks.{i}.")] for i in range(n_layer)]
+    inside = {k for b in blocks for k in b}
+    return blocks + [[k for k in view if k not in inside]]
+
+
+def moved_part(view: dict, keys, elements: dict, arch) -> dict:
+    """π(view) restricted to `keys` (a new dict; the view is not modified)."""
+    return apply_elements({k: view[k] for k in keys}, elements, arch, strict=False)
+
+
+def streamed_cross(view_a: dict, view_b: dict, elements: dict, arch, keys, balanced: bool) -> torch.Tensor:
+    """residual_cross(A, π(B), keys) computed one chunk at a time."""
+    d = view_a[keys[0]].shape[-1]
+    m, wanted = torch.zeros(d, d, dtype=torch.float64), set(keys)
+    for chunk in layer_chunks(view_b, arch.n_layer):
+        chunk = [k for k in chunk if k in wanted]
+        part = moved_part(view_b, chunk, elements, arch)
+        for k in chunk:
+            m += _cross(view_a[k], part[k], balanced)
+    return m
+
+
+def streamed_distance(view_a: dict, view_b: dict, elements: dict, arch) -> float:
+    """view_distance(A, π(B)) computed one chunk at a time."""
+    num = den = 0.0
+    for keys in layer_chunks(view_b, arch.n_layer):
+        part = moved_part(view_b, keys, elements, arch)
+        for k in keys:
+            num += float(torch.linalg.vector_norm(view_a[k] - part[k], dtype=torch.float64) ** 2)
+            den += float(torch.linalg.vector_norm(view_a[k], dtype=torch.float64) ** 2)
+    return num / den
 
 
 def residual_kind(arch, residual: str | None = None) -> str:
@@ -144,6 +193,27 @@ def match_heads(fa, fb, qk_kind: str | None = None) -> IndexMap:
     return _assignment(s)
 
 
+class Assignments:
+    """Linear assignments solved in background threads (scipy releases the GIL, so two run on two cores) while
+    the caller computes the next similarity; at most `workers` matrices wait at a time, to bound memory."""
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or max(1, min(4, torch.get_num_threads()))
+        self.pool = ThreadPoolExecutor(self.workers)
+        self.futures: dict = {}
+
+    def submit(self, key, s: torch.Tensor) -> None:
+        waiting = [f for f in self.futures.values() if not f.done()]
+        if len(waiting) >= self.workers:
+            wait(waiting, return_when=FIRST_COMPLETED)
+        self.futures[key] = self.pool.submit(_assignment, s)
+
+    def results(self) -> dict:
+        out = {k: f.result() for k, f in self.futures.items()}
+        self.pool.shutdown()
+        return out
+
+
 def _assignment(s: torch.Tensor) -> IndexMap:
     """src[h] = j: B's unit j goes to position h, maximising Σ_h s[h, src[h]]."""
     rows, cols = linear_sum_assignment(s.numpy(), maximize=True)
@@ -203,31 +273,58 @@ def fit_scale_rotation(xa, xb, ya, yb) -> torch.Tensor:
 
 # --- step 3: per-head invertible maps -------------------------------------------------------------------------
 
-def _factor_loss(c, xa, xb, ya, yb):
-    fit_x = (c @ xb - xa).pow(2).sum((-1, -2)) / xa.pow(2).sum((-1, -2)).clamp_min(1e-30)
-    fit_y = ((torch.linalg.solve(c.transpose(-1, -2), yb) - ya).pow(2).sum((-1, -2))
-             / ya.pow(2).sum((-1, -2)).clamp_min(1e-30))
-    return fit_x + fit_y  # per head
+class FactorGrams:
+    """The k×k Gram blocks the per-head fit needs (X_B·X_Bᵀ, X_A·X_Bᵀ, ‖X_A‖², likewise for Y): the objective
+    ‖C·X_B − X_A‖² = tr(C·G_BB·Cᵀ) − 2⟨C, G_AB⟩ + ‖X_A‖² and its closed-form starts depend on the factors only
+    through them, so the solver works on k×k matrices instead of k×(d+1) ones (d/k times less work per step)."""
 
+    def __init__(self, xa, xb, ya, yb):
+        xa, xb, ya, yb = (t.double() for t in (xa, xb, ya, yb))
+        self.xbb, self.xab = xb @ xb.transpose(-1, -2), xa @ xb.transpose(-1, -2)
+        self.ybb, self.yab = yb @ yb.transpose(-1, -2), ya @ yb.transpose(-1, -2)
+        self.nx = xa.pow(2).sum((-1, -2)).clamp_min(1e-30)
+        self.ny = ya.pow(2).sum((-1, -2)).clamp_min(1e-30)
 
-def _starts(xa, xb, ya, yb) -> list[torch.Tensor]:
-    """Closed-form candidates: orthogonal Procrustes on [X Y]; least squares on X alone; on Y alone
-    (C^-T·Y_B = Y_A ⇒ C = (Y_A·Y_B⁺)^-T). In an exact symmetry the least-squares ones are exact."""
-    p, _, qt = torch.linalg.svd(xa @ xb.transpose(-1, -2) + ya @ yb.transpose(-1, -2))
-    out = [p @ qt, xa @ torch.linalg.pinv(xb)]
-    ky = ya @ torch.linalg.pinv(yb)
-    if bool((torch.linalg.matrix_rank(ky) == ky.shape[-1]).all()):
-        out.append(torch.linalg.inv(ky).transpose(-1, -2))
-    return out
+    @classmethod
+    def cat(cls, parts: list["FactorGrams"]) -> "FactorGrams":
+        """One problem of all the parts' heads (every layer's), solved in one batch."""
+        out = cls.__new__(cls)
+        for name in ("xbb", "xab", "ybb", "yab", "nx", "ny"):
+            setattr(out, name, torch.cat([getattr(p, name) for p in parts]))
+        return out
+
+    def loss(self, c):
+        """Per head: ‖C·X_B − X_A‖²/‖X_A‖² + ‖C^-T·Y_B − Y_A‖²/‖Y_A‖²."""
+        d = torch.linalg.inv(c.transpose(-1, -2))
+        fit_x = ((c @ self.xbb * c).sum((-1, -2)) - 2 * (c * self.xab).sum((-1, -2))) / self.nx + 1
+        fit_y = ((d @ self.ybb * d).sum((-1, -2)) - 2 * (d * self.yab).sum((-1, -2))) / self.ny + 1
+        return fit_x + fit_y
+
+    def starts(self) -> list[torch.Tensor]:
+        """Closed-form candidates: orthogonal Procrustes on [X Y]; least squares on X alone (X_A·X_B⁺ =
+        G_AB·G_BB⁺); on Y alone (C^-T·Y_B = Y_A ⇒ C = (Y_A·Y_B⁺)^-T). In an exact symmetry the least-squares ones
+        are exact."""
+        p, _, qt = torch.linalg.svd(self.xab + self.yab)
+        out = [p @ qt, self.xab @ torch.linalg.pinv(self.xbb, hermitian=True)]
+        ky = self.yab @ torch.linalg.pinv(self.ybb, hermitian=True)
+        if bool((torch.linalg.matrix_rank(ky) == ky.shape[-1]).all()):
+            out.append(torch.linalg.inv(ky).transpose(-1, -2))
+        return out
 
 
 def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> torch.Tensor:
     """C [H, k, k] with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A (see the module docstring)."""
-    starts = _starts(xa, xb, ya, yb)
-    best, best_loss = starts[0], _factor_loss(starts[0], xa, xb, ya, yb)
+    return fit_factor_grams(FactorGrams(xa, xb, ya, yb), steps, max_cond)
+
+
+def fit_factor_grams(grams: FactorGrams, steps: int = 60, max_cond: float = 1e4) -> torch.Tensor:
+    """fit_factor_map on precomputed Gram blocks. The heads are independent problems; solving every layer's at
+    once in one L-BFGS run costs the optimiser's per-step overhead once instead of once per layer."""
+    starts = grams.starts()
+    best, best_loss = starts[0], grams.loss(starts[0])
     for s in starts[1:]:
         ok = torch.isfinite(s).all((-1, -2)) & (torch.linalg.cond(s) < max_cond)
-        loss = torch.where(ok, _factor_loss(torch.where(ok[:, None, None], s, best), xa, xb, ya, yb), best_loss)
+        loss = torch.where(ok, grams.loss(torch.where(ok[:, None, None], s, best)), best_loss)
         better = loss < best_loss
         best, best_loss = torch.where(better[:, None, None], s, best), torch.where(better, loss, best_loss)
     c = best.clone().requires_grad_(True)
@@ -236,7 +333,7 @@ def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> to
 
     def closure():
         opt.zero_grad()
-        loss = _factor_loss(c, xa, xb, ya, yb).sum()
+        loss = grams.loss(c).sum()
         loss.backward()
         return loss
 
@@ -246,25 +343,29 @@ def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> to
         return best
     refined = c.detach()
     ok = torch.isfinite(refined).all((-1, -2)) & (torch.linalg.cond(refined) < max_cond)
-    ok &= _factor_loss(torch.where(ok[:, None, None], refined, best), xa, xb, ya, yb) < best_loss
+    ok &= grams.loss(torch.where(ok[:, None, None], refined, best)) < best_loss
     return torch.where(ok[:, None, None], refined, best)
 
 
 # --- step 4: MLP units ----------------------------------------------------------------------------------------
 
 def match_gated_mlp(view_a, view_b, i) -> IndexMap:
+    return _assignment(gated_mlp_similarity(view_a, view_b, i))
+
+
+def gated_mlp_similarity(view_a, view_b, i) -> torch.Tensor:
     """Units of a gated MLP whose up/down rows may be rescaled per unit (mlp_scale): the gate rows by inner
     product, up and down by |cosine|, which no per-unit scale (or sign) changes."""
     p = f"blocks.{i}.mlp."
 
     def cos(k):
-        a, b = view_a[p + k].double(), view_b[p + k].double()
+        a, b = view_a[p + k].float(), view_b[p + k].float()
         a, b = a / a.norm(dim=-1, keepdim=True).clamp_min(1e-30), b / b.norm(dim=-1, keepdim=True).clamp_min(1e-30)
         return (a @ b.T).abs()
 
-    gate_a, gate_b = view_a[p + "gate.w"].double(), view_b[p + "gate.w"].double()
+    gate_a, gate_b = view_a[p + "gate.w"].float(), view_b[p + "gate.w"].float()
     s = gate_a @ gate_b.T / (gate_a.norm() * gate_b.norm() / gate_a.shape[0]).clamp_min(1e-30)
-    return _assignment(s + cos("in.w") + cos("out.w"))
+    return (s + cos("in.w") + cos("out.w")).double()
 
 
 def fit_mlp_scale(view_a, view_b, i) -> ScaleMap:
@@ -278,12 +379,17 @@ def fit_mlp_scale(view_a, view_b, i) -> ScaleMap:
 
 
 def match_mlp(view_a, view_b, i) -> IndexMap:
+    return _assignment(mlp_similarity(view_a, view_b, i))
+
+
+def mlp_similarity(view_a, view_b, i) -> torch.Tensor:
     p = f"blocks.{i}.mlp."
-    s = (view_a[p + "in.w"].double() @ view_b[p + "in.w"].double().T
-         + view_a[p + "out.w"].double() @ view_b[p + "out.w"].double().T)
+    # float32 products: an assignment needs the ranking of similarities, not their last digits
+    s = (view_a[p + "in.w"].float() @ view_b[p + "in.w"].float().T
+         + view_a[p + "out.w"].float() @ view_b[p + "out.w"].float().T)
     if p + "in.b" in view_a:
-        s = s + torch.outer(view_a[p + "in.b"].double(), view_b[p + "in.b"].double())
-    return _assignment(s)
+        s = s + torch.outer(view_a[p + "in.b"].float(), view_b[p + "in.b"].float())
+    return s.double()
 
 
 # --- the alternation ------------------------------------------------------------------------------------------
@@ -318,11 +424,17 @@ def _grouped(t: torch.Tensor, b: int) -> torch.Tensor:
     return t.reshape(b, h // b, k, m).permute(0, 2, 1, 3).reshape(b, k, -1)
 
 
-def match_inner(view_a, rotated_b, arch, head_maps: bool = True, head_similarity: str = "auto") -> Transform:
-    """Heads, per-head maps and MLP units, per layer, for the groups the model declares. `head_similarity`:
-    "auto" (per rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit)."""
+def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: str = "auto",
+                residual=None) -> Transform:
+    """Heads, per-head maps and MLP units, per layer, for the groups the model declares, between A and B moved by
+    the residual element `residual` (None: B as it is), one block at a time. `head_similarity`: "auto" (per
+    rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit)."""
     groups, t = arch.groups, Transform()
+    chunks = layer_chunks(view_b, arch.n_layer)
+    pending: dict[str, list] = {}  # role -> per-layer FactorGrams of invertible maps, fitted after the loop
+    units = Assignments()
     for i in range(arch.n_layer):
+        rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch)
         fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
         qk_kind = groups["qk"].kind if "qk" in groups and head_similarity == "auto" else None
         if "heads" in groups:
@@ -345,15 +457,25 @@ def match_inner(view_a, rotated_b, arch, head_maps: bool = True, head_similarity
                 b = groups[role].batch or arch.n_head
                 # a map shared by r query heads fits all of them at once: their factors side by side
                 xa, xb, ya, yb = (_grouped(f, b) if f.shape[0] != b else f for f in (xa, xb, ya, yb))
+                if groups[role].kind == "invertible":
+                    pending.setdefault(role, []).append((i, FactorGrams(xa, xb, ya, yb)))
+                    continue
                 c = fit_head_maps(groups[role].kind, xa, xb, ya, yb)
                 t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float())
         if "mlp" in groups:
             gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
-            perm = (match_gated_mlp if gated else match_mlp)(view_a, rotated_b, i)
-            t.elements[group_name("mlp", i)] = perm
-            if gated:
-                moved = Transform({group_name("mlp", i): perm}).apply(rotated_b, arch)
-                t.elements[group_name("mlp_scale", i)] = fit_mlp_scale(view_a, moved, i)
+            units.submit(i, (gated_mlp_similarity if gated else mlp_similarity)(view_a, rotated_b, i))
+    for i, perm in units.results().items():
+        t.elements[group_name("mlp", i)] = perm
+        if "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a:
+            keys = [k for k in chunks[i] if ".mlp." in k]
+            moved = moved_part(view_b, keys, {"residual": residual, group_name("mlp", i): perm} if residual is not None
+                               else {group_name("mlp", i): perm}, arch)
+            t.elements[group_name("mlp_scale", i)] = fit_mlp_scale(view_a, moved, i)
+    for role, parts in pending.items():
+        maps = fit_factor_grams(FactorGrams.cat([g for _, g in parts])).transpose(-1, -2).float()
+        for (i, _), c in zip(parts, maps.split([g.nx.shape[0] for _, g in parts])):
+            t.elements[group_name(role, i)] = LinearMap(c.contiguous())
     return t
 
 
@@ -378,14 +500,12 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
     for it in bar:
         t1 = time.perf_counter()
-        rotated = Transform({"residual": res}).apply(view_b, arch)
-        inner = match_inner(view_a, rotated, arch, head_maps, head_similarity)
+        inner = match_inner(view_a, view_b, arch, head_maps, head_similarity, residual=res)
         t2 = time.perf_counter()
-        moved_inner = inner.apply(view_b, arch)
-        res = solve_residual(residual_cross(view_a, moved_inner, keys_all, balanced), residual)
+        res = solve_residual(streamed_cross(view_a, view_b, inner.elements, arch, keys_all, balanced), residual)
         t3 = time.perf_counter()
         full = Transform({"residual": res, **inner.elements})
-        dist = view_distance(view_a, full.apply(view_b, arch))
+        dist = streamed_distance(view_a, view_b, full.elements, arch)
         log.append({"step": it + 1, "distance": dist, "inner_seconds": t2 - t1, "residual_seconds": t3 - t2})
         bar.set_postfix(distance=f"{dist:.4f}")
         if best is not None and dist >= best_dist - 1e-6 * best_dist:
