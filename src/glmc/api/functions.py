@@ -83,7 +83,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
             or any iterable of batches (token tensors, or (images, labels) pairs), or a dict of them per split;
             None: the data recorded beside model A (see glmc/api/data.py).
         **options: the method's own, keyword only (an unknown one raises TypeError listing the valid ones):
-            weight: iterations=15, residual=None ("permutation": the residual permutation subgroup),
+            weight: iterations=15 (at most), tol=3e-3 (stop when an iteration lowers the weight distance by
+                less than this fraction), residual=None ("permutation": the residual permutation subgroup),
                 head_maps=True, head_similarity="auto" (heads compared per rotary plane under RoPE; "circuit": whole
                 QK circuits), mode="native", progress=True
             activation: batches=32, batch_size=32, progress=True

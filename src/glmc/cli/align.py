@@ -17,7 +17,9 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for B′ (a standard checkpoint), transform.safetensors and align.json.")
 @click.option("--iterations", default=15, show_default=True, type=click.IntRange(min=1),
-              help="Weight-matching iterations.")
+              help="Weight-matching iterations (at most).")
+@click.option("--tol", default=3e-3, show_default=True, type=click.FloatRange(min=0),
+              help="Weight matching stops when an iteration lowers the weight distance by less than this fraction.")
 @click.option("--residual", default="orthogonal", show_default=True, type=click.Choice(["orthogonal", "permutation"]),
               help="Residual symmetry for weight matching.")
 @click.option("--no-head-maps", is_flag=True, help="Weight matching without the per-head invertible maps.")
@@ -43,8 +45,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(model_a, model_b, method, out_dir, iterations, residual, no_head_maps, act_batches, steps, epochs, minutes,
-            lr, sampler, null_space, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
+def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, act_batches, steps, epochs,
+            minutes, lr, sampler, null_space, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
@@ -58,8 +60,9 @@ def command(model_a, model_b, method, out_dir, iterations, residual, no_head_map
     ds = None
     if method != "weight":
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
-    options = dict(data=ds, iterations=iterations, residual=residual, head_maps=not no_head_maps, progress=progress,
-                   batches=act_batches, steps=steps, epochs=epochs, minutes=minutes, lr=lr, sampler=sampler,
+    options = dict(data=ds, iterations=iterations, tol=tol, residual=residual, head_maps=not no_head_maps,
+                   progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes,
+                   lr=lr, sampler=sampler,
                    null_space=null_space, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
     options = method_options(method, options)
     options.pop("data", None)
