@@ -97,7 +97,10 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup)
 @click.version_option()
 def main():
-    """Align, interpolate and merge independently trained Transformers (GPT-2, ViT)."""
+    """Align, interpolate and merge independently trained Transformers (GPT-2, ViT, Llama)."""
+    from glmc.memory import release_freed_memory
+
+    release_freed_memory()
 
 
 if __name__ == "__main__":
