@@ -177,6 +177,21 @@ class AdapterConformance:
         ptrs = {t.data_ptr() for t in model.state_dict().values()}
         assert not any(t.data_ptr() in ptrs for t in view.values())
 
+    def test_rebuilt_model_owns_its_weights(self, config):
+        # from_canonical assigns tensors instead of copying them; none may alias the view, or writing into the
+        # model in place (interpolation does) would write into the view
+        model, adapter, _ = self.parts(config)
+        view = adapter.to_canonical(model)
+        before = {k: v.clone() for k, v in view.items()}
+        rebuilt = adapter.from_canonical(view, model)
+        storages = {v.untyped_storage().data_ptr() for v in view.values()}
+        assert not any(p.untyped_storage().data_ptr() in storages for p in rebuilt.state_dict().values())
+        assert not any(b.device.type == "meta" for b in rebuilt.buffers())
+        with torch.no_grad():
+            for p in rebuilt.parameters():
+                p.add_(1.0)
+        assert all(torch.equal(view[k], before[k]) for k in view)
+
     def test_every_class_alone_and_composed_keeps_logits(self, config):
         model, _, arch = self.parts(config, seed=1)
         checks = verify_model(model, seed=1, tol=TOL)

@@ -154,3 +154,36 @@ class TokenLM:
 
     def native_inputs(self, model, batch):
         return (), {"input_ids": batch[self.input_key], "use_cache": False}
+
+
+def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):
+    """Fill `new`, a model built on the meta device, with the native `state` by assignment: each tensor becomes
+    the parameter itself, so a rebuild holds the weights once rather than twice (to_empty + load_state_dict
+    copies every tensor). Tensors that share storage with the canonical `view` are copied first (a parameter
+    written in place, as interpolation does, must never write into the view). Buffers the state lacks (RoPE
+    frequencies) are taken from `source`, which has the same ones. `may_miss`: parameters the state may lack (a
+    tied head, which the caller ties)."""
+    from glmc.errors import UnsupportedModel
+
+    shared = {v.untyped_storage().data_ptr() for v in view.values()}
+    own = {}
+    for k, t in state.items():
+        t = t.contiguous()
+        own[k] = t.clone() if t.untyped_storage().data_ptr() in shared else t
+    missing, unexpected = new.load_state_dict(own, strict=False, assign=True)
+    params = dict(new.named_parameters(remove_duplicate=False))
+    bad = [k for k in missing if k in params and k not in may_miss]
+    if unexpected or bad:
+        raise RuntimeError(f"{name} rebuild mismatch: missing {bad}, unexpected {unexpected}")
+    old = dict(source.named_buffers())
+    device = next(iter(own.values())).device
+    for mod_name, module in new.named_modules():
+        for b_name, buf in list(module.named_buffers(recurse=False)):
+            if buf.device.type != "meta":
+                continue
+            full = f"{mod_name}.{b_name}" if mod_name else b_name
+            if full not in old or old[full].shape != buf.shape:
+                raise UnsupportedModel(f"cannot rebuild buffer {full} of a reshaped {name}")
+            persistent = b_name not in module._non_persistent_buffers_set
+            module.register_buffer(b_name, old[full].detach().to(device).clone(), persistent=persistent)
+    return new

@@ -17,6 +17,7 @@ from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
     TokenLM,
+    assign_state,
     block_hooks,
     check_heads,
     hf_config,
@@ -146,13 +147,7 @@ class GPT2Adapter(TokenLM, Adapter):
         sd = self.native_state(view, model)
         with torch.device("meta"):
             new = GPT2LMHeadModel(config)
-        new = new.to_empty(device=view["embed"].device)
-        sd = {k: t.contiguous() for k, t in sd.items()}
-        missing, unexpected = new.load_state_dict(sd, strict=False)
-        # buffers (causal masks) are not in the view; any missing *parameter* is a bug
-        bad = [k for k in missing if k in dict(new.named_parameters()) and not (tied and k == "lm_head.weight")]
-        if bad or unexpected:
-            raise RuntimeError(f"GPT-2 rebuild mismatch: missing {bad}, unexpected {unexpected}")
+        assign_state(new, sd, view, model, "GPT-2", may_miss={"lm_head.weight"} if tied else ())
         if tied:
             new.tie_weights()
         return new.eval()

@@ -24,6 +24,7 @@ from glmc.adapters.common import (
     ELEMENTWISE,
     VIT_OPTIONS,
     VIT_PRESETS,
+    assign_state,
     check_heads,
     check_patch,
     hf_config,
@@ -208,6 +209,5 @@ class HFViTAdapter(Adapter):
         cls = getattr(transformers, type(model).__name__)
         with torch.device("meta"):
             new = cls(config)
-        new = new.to_empty(device=view["patch.w"].device)
-        new.load_state_dict({k: t.contiguous() for k, t in sd.items()}, strict=True)
+        assign_state(new, sd, view, model, type(model).__name__)
         return new.eval()

@@ -19,6 +19,7 @@ from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
     TokenLM,
+    assign_state,
     block_hooks,
     hf_config,
     hf_expected_weights,
@@ -198,22 +199,11 @@ class LlamaAdapter(TokenLM, Adapter):
         # keep the head tied when the model was tied and the view still allows it, unless told otherwise
         same = torch.equal(view["embed"], view["head.w"])
         config.tie_word_embeddings = same and (self.is_tied(model) if tie is None else tie)
-        sd = {k: t.contiguous() for k, t in self.native_state(view, model).items()}
+        tied = config.tie_word_embeddings
         with torch.device("meta"):
             new = type(model)(config)
-        new = new.to_empty(device=view["embed"].device)
-        missing, unexpected = new.load_state_dict(sd, strict=False)
-        tied = config.tie_word_embeddings
-        bad = [k for k in missing if k in dict(new.named_parameters()) and not (tied and k == "lm_head.weight")]
-        if bad or unexpected:
-            raise RuntimeError(f"{type(model).__name__} rebuild mismatch: missing {bad}, unexpected {unexpected}")
-        # to_empty leaves buffers (RoPE frequencies) uninitialised: take them from the model, which has the same
-        old = dict(model.named_buffers())
-        with torch.no_grad():
-            for name, buf in new.named_buffers():
-                if name not in old or old[name].shape != buf.shape:
-                    raise UnsupportedModel(f"cannot rebuild buffer {name} of a reshaped {type(model).__name__}")
-                buf.copy_(old[name])
+        assign_state(new, self.native_state(view, model), view, model, type(model).__name__,
+                     may_miss={"lm_head.weight"} if tied else ())
         if tied:
             new.tie_weights()
         return new.eval()

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import VIT_OPTIONS, VIT_PRESETS, check_heads, check_patch, image_data_shape
+from glmc.adapters.common import VIT_OPTIONS, VIT_PRESETS, assign_state, check_heads, check_patch, image_data_shape
 from glmc.adapters.namemap import (
     CONV_PATCH,
     HEAD_COLUMNS,
@@ -257,10 +257,5 @@ class TimmViTAdapter(Adapter):
             kwargs["norm_eps"] = eps
         with torch.device("meta"):
             new = timm_from_kwargs(kwargs)
-        new = new.to_empty(device=view["patch.w"].device)
-
-        sd = self.native_state(view, model)
-        missing, unexpected = new.load_state_dict({k: t.contiguous() for k, t in sd.items()}, strict=False)
-        if missing or unexpected:
-            raise RuntimeError(f"timm ViT rebuild mismatch: missing {missing}, unexpected {unexpected}")
+        assign_state(new, self.native_state(view, model), view, model, "timm ViT")
         return new.eval()

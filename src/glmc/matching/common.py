@@ -14,8 +14,9 @@ import torch
 
 from glmc.adapters import adapter_for
 from glmc.errors import IncompatibleModels
+from glmc.memory import release_file_pages, trim
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
-from glmc.symmetry.transform import Transform
+from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
 
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
@@ -54,12 +55,18 @@ def check_compatible(model_a, model_b):
 def canonical_pair(model_a, model_b):
     """(adapter, arch, canonical view of A, canonical view of B); refuses pairs of different architectures."""
     adapter, arch = check_compatible(model_a, model_b)
-    return adapter, arch, canonical_cpu_view(adapter, model_a), canonical_cpu_view(adapter, model_b)
+    # after each view: canonicalising frees a model-sized set of temporaries, and the checkpoint's mapped pages
+    # are not needed again until the function check (glmc/memory.py)
+    view_a = canonical_cpu_view(adapter, model_a)
+    trim(), release_file_pages(model_a)
+    view_b = canonical_cpu_view(adapter, model_b)
+    trim(), release_file_pages(model_b)
+    return adapter, arch, view_a, view_b
 
 
 def canonical_cpu_view(adapter, model) -> dict:
     """The model's canonical view, canonicalised, as float32 CPU tensors detached from the model."""
-    return canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model))
+    return canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model), inplace=True)
 
 
 def _to_cpu(view):
@@ -100,28 +107,46 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
            tol: float = FUNCTION_TOL, probes: dict | None = None, fill_target: dict | None = None):
     """Build canonical A and B′ = π(B) as native models on the inputs' devices; check B′ has B's function before
     anything is returned (max |Δlogits| in the report; an error if over `tol`). With `probes` (an embedded
-    narrower B, glmc/matching/nullspace.py), B′'s free reader weights are then filled with A's."""
+    narrower B, glmc/matching/nullspace.py), B′'s free reader weights are then filled with A's. Consumes the
+    two views (the methods' own, from canonical_pair): each is emptied once its native model is built, so the
+    peak holds about three model-sized copies rather than five."""
     from glmc.matching.nullspace import fill_exact
 
-    moved = transform.apply(view_b, arch)
+    report["distance_before"] = view_distance(view_a, view_b)
+    moved = move_consuming(view_b, transform, arch)
     filled = None
     if probes is not None:
         plain = moved
         moved, filled = fill_exact(view_a if fill_target is None else fill_target, plain, probes, transform, arch)
         report["null_space_fill"] = {"tensors": len(filled), "distance_without": view_distance(view_a, plain)}
         del plain
-    report["distance_before"] = view_distance(view_a, view_b)
     report["distance_after"] = view_distance(view_a, moved)
     b_aligned = adapter.from_canonical(moved, model_b).to(model_device(model_b))
-    del moved  # the native model holds its own copy: one model-sized copy fewer at the peak
+    moved.clear()
+    trim()
     report["max_dlogits_b"] = max_logit_change(model_b, b_aligned)
+    release_file_pages(model_b)
     canon_a = adapter.from_canonical(view_a, model_a).to(model_device(model_a))
+    view_a.clear()
+    trim()
     report["max_dlogits_a"] = max_logit_change(model_a, canon_a)
+    release_file_pages(model_a)
     worst = max(report["max_dlogits_a"], report["max_dlogits_b"])
     if not worst <= tol:
         raise RuntimeError(f"alignment changed the function: max |Δlogits| {worst:.3g} > {tol:g} (a bug: please "
                            "report it with the models' configs)")
     return Alignment(canon_a, b_aligned, transform, report, fill=filled)
+
+
+def move_consuming(view: dict, transform: Transform, arch) -> dict:
+    """π(view), one block at a time, popping each block's tensors from `view` as it is moved: one model-sized
+    copy at the peak rather than two. `view` is left empty."""
+    out = {}
+    for i in [*range(arch.n_layer), None]:
+        keys = [k for k in view if (k.startswith(f"blocks.{i}.") if i is not None else True)]
+        out.update(apply_elements({k: view.pop(k) for k in keys}, transform.elements, arch, strict=False))
+        trim()
+    return out
 
 
 def check_options(method: str, func, options: dict) -> None:

@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 from glmc.errors import BadOption
 from glmc.matching.common import canonical_pair, finish, residual_keys, view_distance
 from glmc.matching.nullspace import free_probes
+from glmc.memory import trim
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import ScaleRotation, kind
 from glmc.symmetry.spec import group_name
@@ -95,15 +96,18 @@ def _cross(a, b, balanced: bool) -> torch.Tensor:
 
 
 def layer_chunks(view: dict, n_layer: int) -> list[list[str]]:
-    """The view's keys, one list per block, then the rest (embeddings, head, final norm): weight matching walks
-    the model one chunk at a time, so no iteration holds a transformed copy of the whole model."""
+    """The view's keys, one list per block, then each other tensor alone (embeddings, head, final norm): weight
+    matching walks the model one chunk at a time, so no iteration holds a transformed copy of the whole model,
+    nor of two vocabulary-sized matrices at once."""
     blocks = [[k for k in view if k.startswith(f"blocks.{i}.")] for i in range(n_layer)]
     inside = {k for b in blocks for k in b}
-    return blocks + [[k for k in view if k not in inside]]
+    return blocks + [[k] for k in view if k not in inside]
 
 
 def moved_part(view: dict, keys, elements: dict, arch) -> dict:
-    """π(view) restricted to `keys` (a new dict; the view is not modified)."""
+    """π(view) restricted to `keys` (a new dict; the view is not modified). Every streaming pass calls this once
+    per block, so it is also where the previous block's freed temporaries go back to the OS (glmc/memory.py)."""
+    trim()
     return apply_elements({k: view[k] for k in keys}, elements, arch, strict=False)
 
 
@@ -220,7 +224,10 @@ class Assignments:
 
 def _assignment(s: torch.Tensor) -> IndexMap:
     """src[h] = j: B's unit j goes to position h, maximising Σ_h s[h, src[h]]."""
-    rows, cols = linear_sum_assignment(s.numpy(), maximize=True)
+    # the one float64 copy scipy needs, negated in place (maximize=True would make a second); s is not modified
+    cost = s.double().neg_() if s.dtype != torch.float64 else -s
+    rows, cols = linear_sum_assignment(cost.numpy())
+    del cost
     src = torch.empty(s.shape[0], dtype=torch.long)
     src[torch.as_tensor(rows)] = torch.as_tensor(cols)
     return IndexMap(src, None, s.shape[1])
@@ -321,6 +328,13 @@ def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> to
     return fit_factor_grams(FactorGrams(xa, xb, ya, yb), steps, max_cond)
 
 
+# L-BFGS keeps 2·history copies of the batched maps: at torch's default 100 that was 0.9 GB for GPT-2-124M's
+# 144 OV maps, and grows as layers × heads × d_head². On the validation split of the GPT-2 / Llama / ViT tuning
+# pairs (runs/tune, benchmarks/README.md) histories 100 / 20 / 10 gave 25.2 / 25.3 / 25.4 % of the vanilla barrier
+# on average (per pair within 0.8 points, weight distances within 1e-3): the same, so 10, at a tenth the memory.
+LBFGS_HISTORY = 10
+
+
 def fit_factor_grams(grams: FactorGrams, steps: int = 60, max_cond: float = 1e4) -> torch.Tensor:
     """fit_factor_map on precomputed Gram blocks. The heads are independent problems; solving every layer's at
     once in one L-BFGS run costs the optimiser's per-step overhead once instead of once per layer."""
@@ -333,7 +347,7 @@ def fit_factor_grams(grams: FactorGrams, steps: int = 60, max_cond: float = 1e4)
         best, best_loss = torch.where(better[:, None, None], s, best), torch.where(better, loss, best_loss)
     c = best.clone().requires_grad_(True)
     opt = torch.optim.LBFGS([c], lr=1, max_iter=steps, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
-                            tolerance_change=1e-15)
+                            tolerance_change=1e-15, history_size=LBFGS_HISTORY)
 
     def closure():
         opt.zero_grad()
@@ -369,7 +383,7 @@ def gated_mlp_similarity(view_a, view_b, i) -> torch.Tensor:
 
     gate_a, gate_b = view_a[p + "gate.w"].float(), view_b[p + "gate.w"].float()
     s = gate_a @ gate_b.T / (gate_a.norm() * gate_b.norm() / gate_a.shape[0]).clamp_min(1e-30)
-    return (s + cos("in.w") + cos("out.w")).double()
+    return s + cos("in.w") + cos("out.w")
 
 
 def fit_mlp_scale(view_a, view_b, i) -> ScaleMap:
@@ -393,7 +407,7 @@ def mlp_similarity(view_a, view_b, i) -> torch.Tensor:
          + view_a[p + "out.w"].float() @ view_b[p + "out.w"].float().T)
     if p + "in.b" in view_a:
         s = s + torch.outer(view_a[p + "in.b"].float(), view_b[p + "in.b"].float())
-    return s.double()
+    return s
 
 
 # --- the alternation ------------------------------------------------------------------------------------------

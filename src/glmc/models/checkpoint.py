@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
+from glmc.memory import release_file_pages, trim
 
 HF_CONFIG = "config.json"
 TIMM_CONFIG = "timm_config.json"
@@ -48,6 +49,7 @@ def load_checked(path):
             raise
         raise BadCheckpoint(f"cannot load {path}: corrupt safetensors file ({_first_line(e)}); {RESAVE}") from e
     check_finite(model, path)
+    release_file_pages(model)  # the check touched every mapped weight page; nothing needs them until used
     return model, record
 
 
@@ -171,7 +173,10 @@ ROLE_NAMES = {"embed": "vocabulary size", "pos_embed": "positions (context lengt
 
 def _fixed_sizes(adapter, model) -> dict:
     view = adapter.to_canonical(model)
-    return {k: tuple(v.shape[:-1]) for k, v in view.items() if k in ROLE_NAMES}
+    out = {k: tuple(v.shape[:-1]) for k, v in view.items() if k in ROLE_NAMES}
+    del view
+    trim(), release_file_pages(model)  # building the view read every weight; only its shapes were needed
+    return out
 
 
 def _size(shape) -> str:

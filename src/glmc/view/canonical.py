@@ -7,7 +7,10 @@
 3. LayerNorm models only (arch.norm): mean-centre every residual writer (last axis): every reader sees the
    stream through a LayerNorm, which subtracts the mean anyway, so the function is unchanged and the stream
    becomes mean-zero. An RMS norm does not subtract the mean, so its writers stay as they are.
-Family-agnostic: works on the canonical view only.
+Family-agnostic: works on the canonical view only. `inplace=True` replaces the tensors of the given dict one by
+one (each old tensor is freed as soon as its replacement exists: one model-sized copy at the peak, not two), and
+products with a float32 weight are formed in float32 (a float32 product of float32 factors is the correctly
+rounded double product: the same bits without a float64 copy of an embedding).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ LAYER_SCALE = {"blocks.{i}.ls1": ("blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b"),
                "blocks.{i}.ls2": ("blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b")}
 
 
-def fold_norms(view: dict, n_layer: int) -> dict:
-    v = dict(view)
+def fold_norms(view: dict, n_layer: int, inplace: bool = False) -> dict:
+    v = view if inplace else dict(view)
     for norm_t, readers_t in NORM_READERS.items():
         for i in range(n_layer) if "{i}" in norm_t else [None]:
             norm = norm_t.format(i=i)
@@ -39,10 +42,11 @@ def fold_norms(view: dict, n_layer: int) -> dict:
             readers = [(w.format(i=i), b.format(i=i)) for w, b in readers_t if w.format(i=i) in v]
             keep_beta = any(b not in v for _, b in readers)
             for wk, bk in readers:
-                w = v[wk].double()
+                w = v[wk]
                 if bk in v and not keep_beta:
-                    v[bk] = (v[bk].double() + w @ beta).to(v[bk].dtype)
-                v[wk] = (w * gamma).to(v[wk].dtype)
+                    v[bk] = (v[bk].double() + w.double() @ beta).to(v[bk].dtype)
+                v[wk] = w * gamma.to(w.dtype) if w.dtype == torch.float32 else (w.double() * gamma).to(w.dtype)
+                del w
             v[norm + ".w"] = torch.ones_like(v[norm + ".w"])
             if norm + ".b" in v:  # an RMS norm has none
                 v[norm + ".b"] = (beta / gamma).to(v[norm + ".b"].dtype) if keep_beta else torch.zeros_like(beta).to(
@@ -50,8 +54,8 @@ def fold_norms(view: dict, n_layer: int) -> dict:
     return v
 
 
-def fold_layer_scale(view: dict, n_layer: int) -> dict:
-    v = dict(view)
+def fold_layer_scale(view: dict, n_layer: int, inplace: bool = False) -> dict:
+    v = view if inplace else dict(view)
     for ls_t, (w_t, b_t) in LAYER_SCALE.items():
         for i in range(n_layer):
             ls = ls_t.format(i=i)
@@ -64,17 +68,20 @@ def fold_layer_scale(view: dict, n_layer: int) -> dict:
     return v
 
 
-def centre_writers(view: dict, n_layer: int) -> dict:
-    v = dict(view)
+def centre_writers(view: dict, n_layer: int, inplace: bool = False) -> dict:
+    v = view if inplace else dict(view)
     for k in expand_keys(WRITERS, n_layer, v):
-        x = v[k].double()
-        v[k] = (x - x.mean(-1, keepdim=True)).to(v[k].dtype)
+        x = v[k]
+        mean = x.mean(-1, keepdim=True, dtype=torch.float64)
+        v[k] = x - mean.to(x.dtype) if x.dtype == torch.float32 else (x.double() - mean).to(x.dtype)
+        del x
     return v
 
 
-def canonicalise(view: dict, arch) -> dict:
-    v = fold_norms(fold_layer_scale(view, arch.n_layer), arch.n_layer)
-    return centre_writers(v, arch.n_layer) if arch.norm == "layernorm" else v
+def canonicalise(view: dict, arch, inplace: bool = False) -> dict:
+    # after the first fold `v` is a dict of our own (or the caller's, inplace): the later folds replace entries
+    v = fold_norms(fold_layer_scale(view, arch.n_layer, inplace), arch.n_layer, inplace=True)
+    return centre_writers(v, arch.n_layer, inplace=True) if arch.norm == "layernorm" else v
 
 
 def is_canonical(view: dict, arch, atol: float = 1e-5) -> bool:
