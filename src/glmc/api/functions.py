@@ -142,7 +142,7 @@ def _groups(model):
 
 def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, split: str = "test",
             batch_size: int = 32, max_batches: int | None = None, batches=None, mode: str = "native",
-            progress: bool = True, resolution: int = 10, samples: int = 64, **align_options):
+            progress: bool = True, resolution: int = 10, samples: int = 64, dtype=None, **align_options):
     """Loss and accuracy along the straight line between two models (or over the simplex of several).
 
     Args:
@@ -159,6 +159,9 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
             evaluation batches instead.
         mode: "native" (standard models) or "circuit" (the paper's circuit form: heads as QK/OV circuits).
         resolution, samples: the simplex grid (3 models: steps per edge; more: random points).
+        dtype: evaluate the interpolated models in this dtype ("bfloat16", "float16", "float32" or a torch dtype;
+            None: the endpoints'). The averages are formed in the endpoints' precision first; alignment is
+            unaffected.
 
     Returns:
         A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
@@ -177,7 +180,7 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     if len(models) > 2:
         return _simplex(models, ds, method, evaluation_batches(ds, models[0], split, batch_size, max_batches,
                                                                 batches), mode, progress, resolution, samples,
-                        align_options)
+                        align_options, dtype)
     t0 = time.perf_counter()
     if isinstance(align, Alignment):
         al = align
@@ -195,8 +198,8 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
 
         ends = [circuit_model(m) for m in ends]
     task = _task(models[0])
-    c = path_curve(ends, evals, task, points, progress, label=method)
-    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode,
+    c = path_curve(ends, evals, task, points, progress, label=method, dtype=dtype)
+    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode, "dtype": _dtype_name(dtype),
             "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals)}
     if batches is None:
         info["split"] = split
@@ -209,7 +212,14 @@ def _task(model) -> str:
     return adapter_for(model).arch(model).task
 
 
-def _simplex(models, ds, method, evals, mode, progress, resolution, samples, options) -> Simplex:
+def _dtype_name(dtype) -> str | None:
+    from glmc.paths.interpolate import eval_dtype
+
+    d = eval_dtype(dtype)
+    return None if d is None else str(d).removeprefix("torch.")
+
+
+def _simplex(models, ds, method, evals, mode, progress, resolution, samples, options, dtype=None) -> Simplex:
     from glmc.paths.simplex import simplex_surface
 
     if method not in SIMPLEX_METHODS:
@@ -224,8 +234,9 @@ def _simplex(models, ds, method, evals, mode, progress, resolution, samples, opt
 
         ends = [circuit_model(m) for m in aligned]
     align_seconds = time.perf_counter() - t0
-    s = simplex_surface(ends, evals, _task(models[0]), resolution, samples, progress, label=method)
-    info = {"align_seconds": align_seconds, "surface_seconds": s["seconds"], "mode": mode, "n_batches": len(evals)}
+    s = simplex_surface(ends, evals, _task(models[0]), resolution, samples, progress, label=method, dtype=dtype)
+    info = {"align_seconds": align_seconds, "surface_seconds": s["seconds"], "mode": mode, "n_batches": len(evals),
+            "dtype": _dtype_name(dtype)}
     return Simplex([list(p) for p in s["points"]], s["loss"], s["acc"], method, aligned, info)
 
 

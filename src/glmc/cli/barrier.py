@@ -34,10 +34,12 @@ from glmc.cli.common import (
               help="More than 3 models: random simplex points.")
 @click.option("--concentration", default=None, type=click.FloatRange(min=0, min_open=True),
               help="3+ models, learned: λ ~ Dirichlet(concentration) in training [1; the paper: 0.1] (glmc merge).")
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
+              help="Precision of the interpolated models during evaluation (averages are formed in float32 first).")
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, mode, progress, **data_kw):
+            concentration, dtype, mode, progress, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -61,10 +63,10 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     ds, batches, data_info = load_eval_data(models[0], model=loaded[0], **data_kw)
     if len(models) > 2:
         return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,
-                        json_path, plot_path, mode, concentration)
+                        json_path, plot_path, mode, concentration, dtype)
     model_a, model_b = loaded
     result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
-                          align_options={"iterations": iterations, "steps": steps}, mode=mode)
+                          align_options={"iterations": iterations, "steps": steps}, mode=mode, dtype=dtype)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
     click.echo(format_table(result))
     if json_path:
@@ -83,14 +85,14 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
 
 
 def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,
-             plot_path, mode, concentration=None):
+             plot_path, mode, concentration=None, dtype="float32"):
     from glmc.api import barrier
 
     results = {}
     for method in methods:
         options = {"steps": steps or 300, "concentration": concentration} if method == "learned" else {}
         s = barrier(models, data=ds, align=method, batches=batches, mode=mode, progress=progress,
-                    resolution=resolution, samples=samples, **options)
+                    resolution=resolution, samples=samples, dtype=dtype, **options)
         results[method] = s.to_dict()
     click.echo(f"{'method':<10}{'barrier':>10}{'centre':>10}{'align s':>9}{'grid s':>9}   (k = {len(models)})")
     for method, r in results.items():

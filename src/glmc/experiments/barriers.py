@@ -18,7 +18,7 @@ from glmc.matching import method_options
 
 
 def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,
-                 mode: str = "native") -> dict:
+                 mode: str = "native", dtype=None) -> dict:
     """Each method's `glmc.barrier` curve on the same batches; mode "circuit": align as usual, then interpolate
     the paper's circuit form (glmc/view/circuit.py)."""
     results = {}
@@ -26,7 +26,7 @@ def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=Tru
         options = method_options(method, {"progress": progress, **(align_options or {})})
         options.pop("progress", None)
         curve = barrier(model_a, model_b, ds, points, align=method, batches=batches, mode=mode, progress=progress,
-                        **options)
+                        dtype=dtype, **options)
         results[method] = curve.to_dict()
     return {"task": ds.task, "points": points, "mode": mode, "results": results}
 

@@ -37,9 +37,10 @@ def evaluate_batches(model, batches: list, task: str) -> dict:
 
 
 def path_curve(models: list, batches: list, task: str, points: int = 11, progress: bool = True,
-               label: str = "") -> dict:
-    """Loss/accuracy at each λ of the grid on the same batches. Returns {"lambdas", "loss", "acc", "seconds"}."""
-    interp = Interpolation(models)
+               label: str = "", dtype=None) -> dict:
+    """Loss/accuracy at each λ of the grid on the same batches, the working model in `dtype` (None: the
+    endpoints'; glmc/paths/interpolate.py). Returns {"lambdas", "loss", "acc", "seconds"}."""
+    interp = Interpolation(models, dtype)
     lams = lambda_grid(points)
     out = {"lambdas": lams, "loss": [], "acc": []}
     t0 = time.perf_counter()

@@ -2,7 +2,10 @@
 
 One working model is allocated (≈ one model of memory beside the endpoints) and its parameters are
 overwritten in place for each λ: the cost per point is one pass over the parameters, negligible beside an
-evaluation. With two endpoints `torch.lerp` gives θ_A at λ=0 and θ_B at λ=1 bit-exactly.
+evaluation. With two endpoints `torch.lerp` gives θ_A at λ=0 and θ_B at λ=1 bit-exactly. With a `dtype`
+(bfloat16, float16) the working model holds that dtype: the average is formed in the endpoints' precision and
+rounded once, so only the evaluation runs in low precision (half the memory of a float32 working model, and on a
+GPU its faster kernels).
 """
 
 from __future__ import annotations
@@ -34,12 +37,30 @@ def harmonise(models: list) -> list:
     return models
 
 
-class Interpolation:
-    """A working model whose parameters are set to a weighted average of the endpoints' on demand."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-    def __init__(self, models: list):
+
+def eval_dtype(dtype) -> torch.dtype | None:
+    """None (the endpoints' own), a torch floating dtype, or its name ("float32", "bfloat16", "float16")."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        from glmc.errors import BadOption
+
+        raise BadOption(f"unknown evaluation dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+class Interpolation:
+    """A working model whose parameters are set to a weighted average of the endpoints' on demand, in `dtype`
+    (None: the endpoints')."""
+
+    def __init__(self, models: list, dtype=None):
         self.models = harmonise(list(models))
+        self.dtype = eval_dtype(dtype)
         self.work = copy.deepcopy(self.models[0]).eval()
+        if self.dtype is not None:
+            self.work.to(self.dtype)
         names = [n for n, _ in self.work.named_parameters()]
         self.endpoint_params = [dict(m.named_parameters()) for m in self.models]
         self.params = dict(self.work.named_parameters())
@@ -55,8 +76,12 @@ class Interpolation:
         if len(weights) != len(self.models):
             raise ValueError(f"{len(weights)} weights for {len(self.models)} models")
         for name, p in self.params.items():
-            if len(self.models) == 2:
+            if len(self.models) == 2 and p.dtype != self.endpoint_params[0][name].dtype:
+                p.copy_(torch.lerp(self.endpoint_params[0][name], self.endpoint_params[1][name], float(weights[1])))
+            elif len(self.models) == 2:
                 torch.lerp(self.endpoint_params[0][name], self.endpoint_params[1][name], float(weights[1]), out=p)
+            elif p.dtype != self.endpoint_params[0][name].dtype:
+                p.copy_(sum(float(w) * ep[name] for w, ep in zip(weights, self.endpoint_params) if w))
             else:
                 p.zero_()
                 for w, ep in zip(weights, self.endpoint_params):

@@ -30,8 +30,8 @@ def simplex_points(k: int, resolution: int = 10, samples: int = 64, seed: int = 
 
 
 def simplex_surface(models: list, batches: list, task: str, resolution: int = 10, samples: int = 64,
-                    progress: bool = True, label: str = "") -> dict:
-    interp = Interpolation(models)
+                    progress: bool = True, label: str = "", dtype=None) -> dict:
+    interp = Interpolation(models, dtype)
     pts = simplex_points(len(models), resolution, samples)
     out = {"points": pts, "loss": [], "acc": []}
     t0 = time.perf_counter()
