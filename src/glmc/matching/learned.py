@@ -199,6 +199,23 @@ class LearnedMatcher:
         return [None if p is None else {k: v.detach().cpu() for k, v in self.fill_target(i).items()}
                 for i, p in enumerate(self.probes)]
 
+    def optimizer(self, lr=1e-3, perm_lr=0.02, weight_decay=0.0) -> torch.optim.Optimizer:
+        """AdamW over every latent. Permutation latents start one-hot: an assignment flips only once entries
+        move by ~1, so they get their own (larger) learning rate; orthogonal and GL latents move at `lr`."""
+        perm = [p for lat in self.latents for p in lat.discrete()]
+        rest = [p for p in self.latents.parameters() if all(p is not q for q in perm)] + list(self.free.parameters())
+        return torch.optim.AdamW([{"params": rest, "lr": lr}, {"params": perm, "lr": perm_lr}],
+                                 weight_decay=weight_decay)
+
+    def train_step(self, batch, weights, opt) -> torch.Tensor:
+        """One step: project, build Σ_m weights[m]·π_m(θ_m), training loss on `batch`, backward, `opt.step()`.
+        Returns the loss (detached)."""
+        loss = self.batch_loss(batch, self.params_at(weights))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
             sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True,
             perm_lr=0.02, concentration=SIMPLEX_DEFAULTS["concentration"],
@@ -213,12 +230,7 @@ class LearnedMatcher:
         total = steps or (math.ceil(epochs * per_epoch) if epochs else None)
         if total is None and minutes is None:
             total = DEFAULT_STEPS
-        # permutation latents start one-hot: an assignment flips only once entries move by ~1, so they get
-        # their own (larger) learning rate; orthogonal and GL latents move at `lr`
-        perm = [p for lat in self.latents for p in lat.discrete()]
-        rest = [p for p in self.latents.parameters() if all(p is not q for q in perm)] + list(self.free.parameters())
-        opt = torch.optim.AdamW([{"params": rest, "lr": lr}, {"params": perm, "lr": perm_lr}],
-                                weight_decay=weight_decay)
+        opt = self.optimizer(lr, perm_lr, weight_decay)
         horizon = total or 10**9
         warm = max(1, int(warmup * horizon)) if total else 10
 
@@ -242,11 +254,7 @@ class LearnedMatcher:
         bar = tqdm(total=total, desc="learned matching", disable=not progress, leave=False)
         while (total is None or step < total) and (minutes is None or time.perf_counter() - t0 < 60 * minutes):
             ts = time.perf_counter()
-            weights = sample_weights(sampler, k, rng, bias, concentration)
-            loss = self.batch_loss(next(batches), self.params_at(weights))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            loss = self.train_step(next(batches), sample_weights(sampler, k, rng, bias, concentration), opt)
             sched.step()
             step += 1
             step_times.append(time.perf_counter() - ts)

@@ -1,0 +1,149 @@
+"""Learned-matching step cost at a real model size, against one plain AdamW step of one model.
+
+Builds (or reuses, from benchmarks/scale.py's cache) two random-weight GPT-2-124M-shaped checkpoints, then in two
+child processes, each measured alone (wall time per step, peak resident memory from wait4):
+  plain    one AdamW step of model A on a batch of random tokens (forward, backward, step)
+  learned  one learned-matching step (LearnedMatcher.train_step: project the latents, build π(θ_B), interpolate
+           at λ = ½, forward, backward into the latents, AdamW step), started from one weight-matching iteration
+Both use the same batch (default 8 × 256 tokens). The first step of each is a warm-up and is not timed. Writes
+learned_step.md / learned_step.json under --out.
+
+    python benchmarks/learned_step.py                 # 124M, batch 8 × 256, 3 timed steps
+Run it alone: two torch processes on 2 cores slow each other 7–12×.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import build_pair  # noqa: E402
+
+
+def _batch(vocab: int, batch: int, context: int):
+    import torch
+
+    ids = torch.randint(0, vocab, (batch, context + 1), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids[:, :-1], "targets": ids[:, 1:]}
+
+
+def part_plain(a_path: str, batch: int, context: int, steps: int, device: str) -> dict:
+    import torch
+
+    from glmc.api import load_model
+    from glmc.models.evaluate import loss_and_correct
+
+    model = load_model(a_path, device=device)
+    data = _batch(model.config.vocab_size, batch, context)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        loss, _, n = loss_and_correct(model, data, "lm")
+        opt.zero_grad()
+        (loss / n).backward()
+        opt.step()
+        _sync(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return {"seconds_per_step": sum(times) / len(times)}
+
+
+def part_learned(a_path: str, b_path: str, batch: int, context: int, steps: int, device: str) -> dict:
+    from types import SimpleNamespace
+
+    import torch
+
+    from glmc.api import load_model
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import LearnedMatcher
+    from glmc.matching.weight import weight_matching
+
+    a, b = load_model(a_path, device=device), load_model(b_path, device=device)
+    adapter, arch, view_a, view_b = canonical_pair(a, b)
+    init, _ = weight_matching(view_a, view_b, arch, iterations=1, progress=False, balanced=False)
+    template = adapter.from_canonical(view_a, a)
+    del a, b
+    m = LearnedMatcher([view_a, view_b], adapter, arch, template, SimpleNamespace(task="lm"), [init],
+                       device=torch.device(device))
+    data = _batch(template.config.vocab_size, batch, context)
+    opt = m.optimizer()
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        m.train_step(data, [0.5, 0.5], opt)
+        _sync(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return {"seconds_per_step": sum(times) / len(times)}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_part(args, part: str) -> dict:
+    cmd = [sys.executable, __file__, "--part", part, "--cache", str(args.cache), "--batch", str(args.batch),
+           "--context", str(args.context), "--steps", str(args.steps), "--device", args.device]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{part} part failed (exit status {os.waitstatus_to_exitcode(status)})")
+    row = json.loads(out.strip().splitlines()[-1])
+    row.update(peak_rss_gb=usage.ru_maxrss / 1e6, wall_seconds=time.perf_counter() - t0)
+    return row
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3, help="Timed steps (after one warm-up step).")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cache", type=Path, default=Path("runs/scale"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
+    ap.add_argument("--part", choices=["plain", "learned"], help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    a, b = build_pair(args.cache, args.layers, args.width, args.heads, args.vocab)
+    if args.part == "plain":
+        print(json.dumps(part_plain(str(a), args.batch, args.context, args.steps, args.device)))
+        return
+    if args.part == "learned":
+        print(json.dumps(part_learned(str(a), str(b), args.batch, args.context, args.steps, args.device)))
+        return
+    rows = {part: run_part(args, part) for part in ("plain", "learned")}
+    ratio = rows["learned"]["seconds_per_step"] / rows["plain"]["seconds_per_step"]
+    result = {"model": f"GPT-2 {args.layers}×{args.width}, {args.heads} heads, vocab {args.vocab}, untied",
+              "batch": args.batch, "context": args.context, "device": args.device, "timed_steps": args.steps,
+              **{f"{k}_{part}": v for part, r in rows.items() for k, v in r.items()}, "ratio": ratio}
+    print(json.dumps(result), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "learned_step.json").write_text(json.dumps(result, indent=1) + "\n")
+    md = ["| model | batch × context | device | plain AdamW step s | learned step s | ratio | peak RSS plain GB | "
+          "peak RSS learned GB |", "|---|---|---|---|---|---|---|---|",
+          f"| {result['model']} | {args.batch} × {args.context} | {args.device} | "
+          f"{rows['plain']['seconds_per_step']:.2f} | {rows['learned']['seconds_per_step']:.2f} | {ratio:.2f}× | "
+          f"{rows['plain']['peak_rss_gb']:.2f} | {rows['learned']['peak_rss_gb']:.2f} |"]
+    (args.out / "learned_step.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
