@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import build_pair  # noqa: E402
+from scale import build_pair, run_measured, shape_parser, write_report  # noqa: E402
 
 
 def _batch(vocab: int, batch: int, context: int):
@@ -96,29 +94,19 @@ def _sync(device: str) -> None:
 def run_part(args, part: str) -> dict:
     cmd = [sys.executable, __file__, "--part", part, "--cache", str(args.cache), "--batch", str(args.batch),
            "--context", str(args.context), "--steps", str(args.steps), "--device", args.device]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{part} part failed (exit status {os.waitstatus_to_exitcode(status)})")
+    wall, peak, code, out = run_measured(cmd, capture=True)
+    if code:
+        raise SystemExit(f"{part} part failed (exit status {code})")
     row = json.loads(out.strip().splitlines()[-1])
-    row.update(peak_rss_gb=usage.ru_maxrss / 1e6, wall_seconds=time.perf_counter() - t0)
+    row.update(peak_rss_gb=peak, wall_seconds=wall)
     return row
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--width", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=50257)
+    ap = shape_parser(__doc__)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--steps", type=int, default=3, help="Timed steps (after one warm-up step).")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--cache", type=Path, default=Path("runs/scale"))
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
     ap.add_argument("--part", choices=["plain", "learned"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     a, b = build_pair(args.cache, args.layers, args.width, args.heads, args.vocab)
@@ -133,16 +121,12 @@ def main(argv=None) -> None:
     result = {"model": f"GPT-2 {args.layers}×{args.width}, {args.heads} heads, vocab {args.vocab}, untied",
               "batch": args.batch, "context": args.context, "device": args.device, "timed_steps": args.steps,
               **{f"{k}_{part}": v for part, r in rows.items() for k, v in r.items()}, "ratio": ratio}
-    print(json.dumps(result), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "learned_step.json").write_text(json.dumps(result, indent=1) + "\n")
-    md = ["| model | batch × context | device | plain AdamW step s | learned step s | ratio | peak RSS plain GB | "
-          "peak RSS learned GB |", "|---|---|---|---|---|---|---|---|",
-          f"| {result['model']} | {args.batch} × {args.context} | {args.device} | "
-          f"{rows['plain']['seconds_per_step']:.2f} | {rows['learned']['seconds_per_step']:.2f} | {ratio:.2f}× | "
-          f"{rows['plain']['peak_rss_gb']:.2f} | {rows['learned']['peak_rss_gb']:.2f} |"]
-    (args.out / "learned_step.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_report(args.out, "learned_step", result,
+                 ["model", "batch × context", "device", "plain AdamW step s", "learned step s", "ratio",
+                  "peak RSS plain GB", "peak RSS learned GB"],
+                 [result["model"], f"{args.batch} × {args.context}", args.device,
+                  f"{rows['plain']['seconds_per_step']:.2f}", f"{rows['learned']['seconds_per_step']:.2f}",
+                  f"{ratio:.2f}×", f"{rows['plain']['peak_rss_gb']:.2f}", f"{rows['learned']['peak_rss_gb']:.2f}"])
 
 
 if __name__ == "__main__":

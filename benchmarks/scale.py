@@ -39,16 +39,18 @@ def build_pair(cache: Path, layers: int, width: int, heads: int, vocab: int) -> 
     return paths
 
 
-def run_measured(cmd: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS GB, exit status) of one child process."""
+def run_measured(cmd: list[str], capture: bool = False) -> tuple[float, float, int, str]:
+    """(wall seconds, peak RSS GB, exit status, stdout if `capture`) of one child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if capture else None, text=True)
+    out = proc.stdout.read() if capture else ""
     _, status, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - t0, usage.ru_maxrss / 1e6, os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, usage.ru_maxrss / 1e6, os.waitstatus_to_exitcode(status), out
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def shape_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every scale benchmark takes: the GPT-2 shape, device, model cache and output directory."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
@@ -56,14 +58,28 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--cache", type=Path, default=Path("runs/scale"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/scale"))
-    args = ap.parse_args(argv)
+    return ap
+
+
+def write_report(out: Path, name: str, row: dict, header: list[str], cells: list[str]) -> None:
+    """`name`.json (the row) and `name`.md (a one-row table) under `out`, and the table on stdout."""
+    print(json.dumps(row), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(row, indent=1) + "\n")
+    md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), "| " + " | ".join(cells) + " |"]
+    (out / f"{name}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def main(argv=None) -> None:
+    args = shape_parser(__doc__).parse_args(argv)
     a, b = build_pair(args.cache, args.layers, args.width, args.heads, args.vocab)
     aligned = args.cache / f"{b.name}-to-seed0"
     glmc = str(Path(sys.executable).with_name("glmc"))
     cmd = [glmc, "align", str(a), str(b), "--method", "weight", "--out", str(aligned), "--overwrite",
            "--no-progress", "--device", args.device]
     print("+", " ".join(cmd), flush=True)
-    wall, peak, code = run_measured(cmd)
+    wall, peak, code, _ = run_measured(cmd)
     if code:
         raise SystemExit(f"glmc align failed with exit status {code}")
     report = json.loads((aligned / "align.json").read_text())
@@ -80,16 +96,12 @@ def main(argv=None) -> None:
                                                                 for r in its) / len(its),
            "distance_before": report["distance_before"], "distance_after": report["distance_after"],
            "max_dlogits": max(report["max_dlogits_a"], report["max_dlogits_b"])}
-    print(json.dumps(row), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scale.json").write_text(json.dumps(row, indent=1) + "\n")
-    md = ["| model | params | device | iterations | s / iteration | align s | command wall s | peak RSS GB | "
-          "distance | max \\|Δlogits\\| |", "|---|---|---|---|---|---|---|---|---|---|",
-          f"| {row['model']} | {params / 1e6:.0f} M | {args.device} | {row['iterations']} | "
-          f"{row['seconds_per_iteration']:.1f} | {row['align_seconds']:.1f} | {wall:.1f} | {peak:.2f} | "
-          f"{row['distance_before']:.4f} → {row['distance_after']:.4f} | {row['max_dlogits']:.1e} |"]
-    (args.out / "scale.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_report(args.out, "scale", row,
+                 ["model", "params", "device", "iterations", "s / iteration", "align s", "command wall s",
+                  "peak RSS GB", "distance", "max \\|Δlogits\\|"],
+                 [row["model"], f"{params / 1e6:.0f} M", args.device, str(row["iterations"]),
+                  f"{row['seconds_per_iteration']:.1f}", f"{row['align_seconds']:.1f}", f"{wall:.1f}", f"{peak:.2f}",
+                  f"{row['distance_before']:.4f} → {row['distance_after']:.4f}", f"{row['max_dlogits']:.1e}"])
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ M_MMAP_THRESHOLD = -3  # malloc.h
 
 def release_freed_memory(threshold: int = 16 << 20) -> bool:
     """Fix glibc's mmap threshold (Linux only; elsewhere a no-op). True if it was set."""
-    if not sys.platform.startswith("linux"):
-        return False
     libc = _libc()
     if not libc or not hasattr(libc, "mallopt"):  # not glibc (musl has no mallopt)
         return False

@@ -55,18 +55,17 @@ def check_compatible(model_a, model_b):
 def canonical_pair(model_a, model_b):
     """(adapter, arch, canonical view of A, canonical view of B); refuses pairs of different architectures."""
     adapter, arch = check_compatible(model_a, model_b)
-    # after each view: canonicalising frees a model-sized set of temporaries, and the checkpoint's mapped pages
-    # are not needed again until the function check (glmc/memory.py)
-    view_a = canonical_cpu_view(adapter, model_a)
-    trim(), release_file_pages(model_a)
-    view_b = canonical_cpu_view(adapter, model_b)
-    trim(), release_file_pages(model_b)
-    return adapter, arch, view_a, view_b
+    return adapter, arch, canonical_cpu_view(adapter, model_a), canonical_cpu_view(adapter, model_b)
 
 
 def canonical_cpu_view(adapter, model) -> dict:
-    """The model's canonical view, canonicalised, as float32 CPU tensors detached from the model."""
-    return canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model), inplace=True)
+    """The model's canonical view, canonicalised, as float32 CPU tensors detached from the model. Afterwards the
+    freed temporaries and the checkpoint's mapped pages, not needed until the function check, go back to the OS
+    (glmc/memory.py)."""
+    view = canonicalise(_to_cpu(adapter.to_canonical(model)), adapter.arch(model), inplace=True)
+    trim()
+    release_file_pages(model)
+    return view
 
 
 def _to_cpu(view):
@@ -138,12 +137,20 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
     return Alignment(canon_a, b_aligned, transform, report, fill=filled)
 
 
+def layer_chunks(view: dict, n_layer: int) -> list[list[str]]:
+    """The view's keys, one list per block, then each other tensor alone (embeddings, head, final norm): the
+    streaming passes walk the model one chunk at a time, so none holds a transformed copy of the whole model,
+    nor of two vocabulary-sized matrices at once."""
+    blocks = [[k for k in view if k.startswith(f"blocks.{i}.")] for i in range(n_layer)]
+    inside = {k for b in blocks for k in b}
+    return blocks + [[k] for k in view if k not in inside]
+
+
 def move_consuming(view: dict, transform: Transform, arch) -> dict:
-    """π(view), one block at a time, popping each block's tensors from `view` as it is moved: one model-sized
-    copy at the peak rather than two. `view` is left empty."""
+    """π(view), one chunk at a time (layer_chunks), popping each chunk's tensors from `view` as it is moved: one
+    model-sized copy at the peak rather than two. `view` is left empty."""
     out = {}
-    for i in [*range(arch.n_layer), None]:
-        keys = [k for k in view if (k.startswith(f"blocks.{i}.") if i is not None else True)]
+    for keys in layer_chunks(view, arch.n_layer):
         out.update(apply_elements({k: view.pop(k) for k in keys}, transform.elements, arch, strict=False))
         trim()
     return out

@@ -47,7 +47,7 @@ from scipy.optimize import linear_sum_assignment
 from tqdm.auto import tqdm
 
 from glmc.errors import BadOption
-from glmc.matching.common import canonical_pair, finish, residual_keys, view_distance
+from glmc.matching.common import canonical_pair, finish, layer_chunks, residual_keys, view_distance
 from glmc.matching.nullspace import free_probes
 from glmc.memory import trim
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
@@ -93,15 +93,6 @@ def _cross(a, b, balanced: bool) -> torch.Tensor:
         m /= (torch.linalg.vector_norm(a, dtype=torch.float64) * torch.linalg.vector_norm(b, dtype=torch.float64)
               ).clamp_min(1e-30)
     return m
-
-
-def layer_chunks(view: dict, n_layer: int) -> list[list[str]]:
-    """The view's keys, one list per block, then each other tensor alone (embeddings, head, final norm): weight
-    matching walks the model one chunk at a time, so no iteration holds a transformed copy of the whole model,
-    nor of two vocabulary-sized matrices at once."""
-    blocks = [[k for k in view if k.startswith(f"blocks.{i}.")] for i in range(n_layer)]
-    inside = {k for b in blocks for k in b}
-    return blocks + [[k] for k in view if k not in inside]
 
 
 def moved_part(view: dict, keys, elements: dict, arch) -> dict:

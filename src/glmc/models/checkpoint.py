@@ -175,7 +175,8 @@ def _fixed_sizes(adapter, model) -> dict:
     view = adapter.to_canonical(model)
     out = {k: tuple(v.shape[:-1]) for k, v in view.items() if k in ROLE_NAMES}
     del view
-    trim(), release_file_pages(model)  # building the view read every weight; only its shapes were needed
+    trim()  # building the view read every weight; only its shapes were needed
+    release_file_pages(model)
     return out
 
 
