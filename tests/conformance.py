@@ -192,6 +192,21 @@ class AdapterConformance:
                 p.add_(1.0)
         assert all(torch.equal(view[k], before[k]) for k in view)
 
+    def test_consuming_rebuild_gives_the_same_model_and_empties_the_view(self, config):
+        # finish() rebuilds with consume=True so a rebuild holds one model-sized copy, not two
+        model, adapter, _ = self.parts(config)
+        view = adapter.to_canonical(model)
+        plain = adapter.from_canonical(dict(view), model)
+        consumed = adapter.from_canonical(view, model, consume=True)
+        assert view == {}
+        assert state_diff(plain, consumed) == []
+        assert max_diff(plain, consumed, probe_inputs(model)) == 0.0
+
+    def test_canonical_shapes_read_no_weight(self, config):
+        model, adapter, _ = self.parts(config)
+        view = adapter.to_canonical(model)
+        assert adapter.canonical_shapes(model) == {k: tuple(v.shape) for k, v in view.items()}
+
     def test_every_class_alone_and_composed_keeps_logits(self, config):
         model, _, arch = self.parts(config, seed=1)
         checks = verify_model(model, seed=1, tol=TOL)

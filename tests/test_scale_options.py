@@ -76,3 +76,42 @@ def test_allocator_hooks_run_and_report_memory():
     del big
     trim()
     assert 0.01 < peak_rss_gb() < 1e4
+
+
+def test_squared_norm_and_row_means_match_the_whole_tensor_formulas():
+    from glmc.matching.common import squared_norm
+    from glmc.view.canonical import _row_means
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5000, 96, generator=g), torch.randn(5000, 96, generator=g)
+    for a, b in ((x, None), (x, y), (x[0], y[0]), (x.reshape(50, 100, 96), y.reshape(50, 100, 96))):
+        ref = float(torch.linalg.vector_norm((a if b is None else a - b).double()) ** 2)
+        assert squared_norm(a, b) == pytest.approx(ref, rel=1e-6)
+    assert torch.equal(_row_means(x, rows_elements=1000), x.mean(-1, keepdim=True, dtype=torch.float64))
+
+
+def test_file_pages_are_released_without_changing_weights_or_logits(tmp_path):
+    from glmc.matching.common import canonical_cpu_view
+    from glmc.memory import FilePages, paged_forward
+    from glmc.models import load_model, save_model
+    from glmc.view.model_ops import logits
+
+    model = tiny_gpt2(seed=0)
+    save_model(model, tmp_path / "m")
+    loaded, _ = load_model(tmp_path / "m")
+    x = torch.randint(0, loaded.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
+    ref = logits(model, x)
+    pages = FilePages()
+    mapped = [t for t in loaded.state_dict().values()
+              if any(s <= t.data_ptr() < e for s, e in pages.ranges)]
+    if not mapped:
+        pytest.skip("this platform does not map safetensors checkpoints")
+    assert pages.release(mapped) > 0
+    assert pages.release(torch.zeros(1000)) == 0  # anonymous memory is left alone
+    with paged_forward(loaded):
+        assert torch.equal(logits(loaded, x), ref)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+    adapter = adapter_for(loaded)
+    view = canonical_cpu_view(adapter, loaded)
+    assert all(v.dtype == torch.float32 and v.device.type == "cpu" for v in view.values())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())

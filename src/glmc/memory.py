@@ -13,6 +13,7 @@ loops call it once per block: after one iteration on the same pair, 3.3 GB resid
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import resource
@@ -51,34 +52,87 @@ def trim() -> None:
 
 
 MADV_PAGEOUT = 21  # Linux 5.4+: reclaim now; clean file pages are dropped, anything else is kept or swapped
+PAGE = 4096
+
+
+class FilePages:
+    """The checkpoint files (*.safetensors) mapped into this process, read once from /proc/self/maps, and a way to
+    hand back the resident pages behind given tensors. safetensors loads weights by mmap, so a loaded model's
+    weights are file pages, counted in RSS once touched. The pages are clean copies of the file: the kernel
+    re-reads them when they are next used, and no content is ever lost (MADV_PAGEOUT keeps modified
+    copy-on-write pages). Tensors in anonymous memory are left alone. Off Linux every call is a no-op."""
+
+    def __init__(self):
+        self.ranges: list[tuple[int, int]] = []
+        libc = _libc()
+        if not libc or not hasattr(libc, "madvise"):
+            return
+        try:
+            lines = open("/proc/self/maps").read().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/") and fields[5].endswith(".safetensors"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                self.ranges.append((start, end))
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+    def release(self, tensors) -> int:
+        """Page out the mapped file pages that hold `tensors` (a tensor or an iterable of them); returns the bytes
+        advised. Pages shared with a neighbouring tensor go too: they are read back if that one is used."""
+        if not self.ranges:
+            return 0
+        advised = 0
+        for t in [tensors] if hasattr(tensors, "untyped_storage") else tensors:
+            if t.device.type != "cpu":
+                continue
+            # the tensor's own extent: a loaded model's tensors can be views into one storage spanning the file
+            span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+            lo = t.data_ptr()
+            hi = lo + span * t.element_size()
+            for start, end in self.ranges:
+                a, b = max(lo, start) // PAGE * PAGE, -(-min(hi, end) // PAGE) * PAGE
+                if a < b and _libc().madvise(a, b - a, MADV_PAGEOUT) == 0:
+                    advised += b - a
+        return advised
+
+    def release_model(self, model) -> int:
+        """Page out every mapped checkpoint file that holds one of `model`'s tensors, whole."""
+        ptrs = {t.untyped_storage().data_ptr() for t in model.state_dict().values() if t.device.type == "cpu"}
+        advised = 0
+        for start, end in self.ranges:
+            if any(start <= p < end for p in ptrs) and _libc().madvise(start, end - start, MADV_PAGEOUT) == 0:
+                advised += end - start
+        return advised
 
 
 def release_file_pages(model) -> int:
-    """Hand back the resident pages of the checkpoint files `model`'s tensors are mapped from (safetensors loads
-    weights by mmap, so a loaded model's weights are file pages, counted in RSS once touched). The pages are clean
-    copies of the file: the kernel re-reads them when the model is next used, and no content is ever lost
-    (MADV_PAGEOUT keeps modified copy-on-write pages). Returns the bytes advised; 0 off Linux or for models in
-    anonymous memory."""
-    libc = _libc()
-    if not libc or not hasattr(libc, "madvise"):
-        return 0
-    ptrs = {t.untyped_storage().data_ptr() for t in model.state_dict().values() if t.device.type == "cpu"}
-    if not ptrs:
-        return 0
-    advised = 0
+    """Hand back the resident pages of the checkpoint files `model`'s tensors are mapped from (FilePages).
+    Returns the bytes advised; 0 off Linux or for models in anonymous memory."""
+    return FilePages().release_model(model)
+
+
+@contextlib.contextmanager
+def paged_forward(model):
+    """Within the block, each module's mapped weights are paged out again right after the module has run, so a
+    forward pass over a memory-mapped checkpoint keeps about one layer of it resident instead of all of it (the
+    function checks run each model once; nothing needs its pages afterwards)."""
+    pages = FilePages()
+    if not pages.ranges:
+        yield model
+        return
+
+    def after(module, args, output):
+        pages.release(list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)))
+
+    hooks = [m.register_forward_hook(after) for m in model.modules()
+             if next(m.parameters(recurse=False), None) is not None]
     try:
-        lines = open("/proc/self/maps").read().splitlines()
-    except OSError:
-        return 0
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 6 or not fields[5].startswith("/") or not fields[5].endswith(".safetensors"):
-            continue
-        start, end = (int(x, 16) for x in fields[0].split("-"))
-        if any(start <= p < end for p in ptrs) and libc.madvise(start, end - start, MADV_PAGEOUT) == 0:
-            advised += end - start
-    return advised
+        yield model
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def peak_rss_gb() -> float:

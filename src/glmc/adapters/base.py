@@ -109,18 +109,28 @@ class Adapter:
         """The model-specific part of `names`: block count, names that vary by class, converter sizes."""
         raise NotImplementedError
 
-    def to_canonical(self, model) -> dict[str, torch.Tensor]:
+    def to_canonical(self, model, copy=None, after=None) -> dict[str, torch.Tensor]:
+        """The model's canonical view, sharing no memory with it (`copy`, `after`: NameMap.to_canonical)."""
         self.check_supported(model)
-        return self.names.to_canonical(model.state_dict(), self.layout(model))
+        return self.names.to_canonical(model.state_dict(), self.layout(model), copy, after)
 
-    def native_state(self, view: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
+    def canonical_shapes(self, model) -> dict[str, tuple]:
+        """The shape of every tensor of the canonical view, without reading a weight (meta tensors)."""
+        self.check_supported(model)
+        state = {k: v.to("meta") for k, v in model.state_dict().items()}
+        return {k: tuple(v.shape) for k, v in self.names.to_canonical(state, self.layout(model), lambda t: t).items()}
+
+    def native_state(self, view: dict[str, torch.Tensor], model, consume: bool = False) -> dict[str, torch.Tensor]:
         """The native parameters (name → tensor) that hold `view` in a model shaped like `model`; built from
-        differentiable tensor ops only, so learned matching can back-propagate through it."""
-        return self.names.to_native(view, self.layout(model))
+        differentiable tensor ops only, so learned matching can back-propagate through it. `consume`: pop the
+        view's tensors as they are used (NameMap.to_native)."""
+        return self.names.to_native(view, self.layout(model), consume)
 
-    def from_canonical(self, view: dict[str, torch.Tensor], model, ln_eps: float | None = None):
+    def from_canonical(self, view: dict[str, torch.Tensor], model, ln_eps: float | None = None,
+                       consume: bool = False):
         """A new native model of the same family holding `view` (shapes may differ from `model`'s: wider
-        layers, an untied head, a rescaled LayerNorm eps). `model` itself is not modified."""
+        layers, an untied head, a rescaled LayerNorm eps). `model` itself is not modified. With `consume` the
+        caller gives the view up: its tensors are popped as the model is built, and may become its parameters."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------ models and files

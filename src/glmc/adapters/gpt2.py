@@ -129,7 +129,7 @@ class GPT2Adapter(TokenLM, Adapter):
     def untie(self, model):
         return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
 
-    def from_canonical(self, view, model, ln_eps=None, tie=None):
+    def from_canonical(self, view, model, ln_eps=None, tie=None, consume=False):
         from transformers import GPT2LMHeadModel
 
         h, dh, d = view["blocks.0.attn.q.w"].shape
@@ -144,7 +144,7 @@ class GPT2Adapter(TokenLM, Adapter):
         tied = bool(getattr(config, "tie_word_embeddings", True)) and torch.equal(view["embed"], view["head.w"])
         tied = tied if tie is None else (tie and torch.equal(view["embed"], view["head.w"]))
         config.tie_word_embeddings = tied
-        sd = self.native_state(view, model)
+        sd = self.native_state(view, model, consume)
         with torch.device("meta"):
             new = GPT2LMHeadModel(config)
         assign_state(new, sd, view, model, "GPT-2", may_miss={"lm_head.weight"} if tied else ())

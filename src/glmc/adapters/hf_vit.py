@@ -184,7 +184,7 @@ class HFViTAdapter(Adapter):
                         f"blocks.{i}.mlp.out": layer.mlp.fc2})
         return out
 
-    def from_canonical(self, view, model, ln_eps=None):
+    def from_canonical(self, view, model, ln_eps=None, consume=False):
         import transformers
 
         self.check_supported(model)
@@ -205,7 +205,7 @@ class HFViTAdapter(Adapter):
         else:
             if view["head.w"].shape[0] != config.num_labels:
                 raise ValueError(f"head has {view['head.w'].shape[0]} classes, config {config.num_labels}")
-        sd = self.native_state(view, model)
+        sd = self.native_state(view, model, consume)
         cls = getattr(transformers, type(model).__name__)
         with torch.device("meta"):
             new = cls(config)

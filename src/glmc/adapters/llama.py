@@ -188,7 +188,7 @@ class LlamaAdapter(TokenLM, Adapter):
     def untie(self, model):
         return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
 
-    def from_canonical(self, view, model, ln_eps=None, tie=None):
+    def from_canonical(self, view, model, ln_eps=None, tie=None, consume=False):
         h, dh, d = view["blocks.0.attn.q.w"].shape
         config = copy.deepcopy(model.config)
         config.hidden_size, config.num_attention_heads, config.head_dim = d, h, dh
@@ -202,7 +202,7 @@ class LlamaAdapter(TokenLM, Adapter):
         tied = config.tie_word_embeddings
         with torch.device("meta"):
             new = type(model)(config)
-        assign_state(new, self.native_state(view, model), view, model, type(model).__name__,
+        assign_state(new, self.native_state(view, model, consume), view, model, type(model).__name__,
                      may_miss={"lm_head.weight"} if tied else ())
         if tied:
             new.tie_weights()

@@ -64,8 +64,11 @@ class NameMap:
         names = dict(layout.fields, i=i)
         return e, tuple(k.format(**names) for k in keys), e.native.format(**names)
 
-    def to_canonical(self, state: dict, layout: Layout) -> dict[str, torch.Tensor]:
-        """The canonical view of a native state dict, as tensors that share no memory with it."""
+    def to_canonical(self, state: dict, layout: Layout, copy=None, after=None) -> dict[str, torch.Tensor]:
+        """The canonical view of a native state dict, as tensors that share no memory with it. `copy` makes each
+        canonical tensor from its converted native one (default: clone; it must not share memory either), and
+        `after(native tensor)` runs once that tensor is no longer needed (e.g. to page its file out again)."""
+        copy = copy or torch.clone
         view = {}
         for e, keys, native in self._rows(layout):
             if e.optional and native not in state:
@@ -73,18 +76,24 @@ class NameMap:
             t = state[native].detach()
             out = t if e.convert is None else e.convert.to_canonical(t, layout.dims)
             for k, v in zip(keys, out if isinstance(out, tuple) else (out,), strict=True):
-                view[k] = v.clone()
+                view[k] = copy(v)
+            if after is not None:
+                after(t)
         return view
 
-    def to_native(self, view: dict, layout: Layout) -> dict[str, torch.Tensor]:
-        """The native tensors holding `view` (differentiable; shapes follow the view, so wider views work)."""
+    def to_native(self, view: dict, layout: Layout, consume: bool = False) -> dict[str, torch.Tensor]:
+        """The native tensors holding `view` (differentiable; shapes follow the view, so wider views work). With
+        `consume`, each canonical tensor is popped from `view` as soon as its native tensor exists, and that one
+        is made contiguous: a rebuild then holds one model-sized copy at the peak instead of two."""
         state = {}
         for e, keys, native in self._rows(layout):
             if e.optional and keys[0] not in view:
                 continue
-            parts = tuple(view[k] for k in keys)
+            parts = tuple(view.pop(k) if consume else view[k] for k in keys)
             src = parts if len(parts) > 1 else parts[0]
-            state[native] = src if e.convert is None else e.convert.to_native(src, layout.dims)
+            out = src if e.convert is None else e.convert.to_native(src, layout.dims)
+            state[native] = out.contiguous() if consume else out
+            del parts, src, out
         return state
 
 

@@ -237,7 +237,7 @@ class TimmViTAdapter(Adapter):
                         f"blocks.{i}.mlp.out": block.mlp.fc2})
         return out
 
-    def from_canonical(self, view, model, ln_eps=None):
+    def from_canonical(self, view, model, ln_eps=None, consume=False):
         self.check_supported(model)
         arch = self.arch(model)
         h, dh, d = view["blocks.0.attn.q.w"].shape
@@ -257,5 +257,5 @@ class TimmViTAdapter(Adapter):
             kwargs["norm_eps"] = eps
         with torch.device("meta"):
             new = timm_from_kwargs(kwargs)
-        assign_state(new, self.native_state(view, model), view, model, "timm ViT")
+        assign_state(new, self.native_state(view, model, consume), view, model, "timm ViT")
         return new.eval()

@@ -39,6 +39,7 @@ assignments run in background threads while the next layer's similarity is forme
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -47,7 +48,7 @@ from scipy.optimize import linear_sum_assignment
 from tqdm.auto import tqdm
 
 from glmc.errors import BadOption
-from glmc.matching.common import canonical_pair, finish, layer_chunks, residual_keys, view_distance
+from glmc.matching.common import canonical_pair, finish, layer_chunks, residual_keys, squared_norm, view_distance
 from glmc.matching.nullspace import free_probes
 from glmc.memory import trim
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
@@ -90,8 +91,7 @@ def _cross(a, b, balanced: bool) -> torch.Tensor:
     a, b = a.reshape(-1, d).to(work), b.reshape(-1, d).to(work)
     m = (b.T @ a).double()
     if balanced:
-        m /= (torch.linalg.vector_norm(a, dtype=torch.float64) * torch.linalg.vector_norm(b, dtype=torch.float64)
-              ).clamp_min(1e-30)
+        m /= max(math.sqrt(squared_norm(a) * squared_norm(b)), 1e-30)
     return m
 
 
@@ -120,8 +120,8 @@ def streamed_distance(view_a: dict, view_b: dict, elements: dict, arch) -> float
     for keys in layer_chunks(view_b, arch.n_layer):
         part = moved_part(view_b, keys, elements, arch)
         for k in keys:
-            num += float(torch.linalg.vector_norm(view_a[k] - part[k], dtype=torch.float64) ** 2)
-            den += float(torch.linalg.vector_norm(view_a[k], dtype=torch.float64) ** 2)
+            num += squared_norm(view_a[k], part[k])
+            den += squared_norm(view_a[k])
     return num / den
 
 

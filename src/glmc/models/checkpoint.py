@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
-from glmc.memory import release_file_pages, trim
+from glmc.memory import FilePages, trim
 
 HF_CONFIG = "config.json"
 TIMM_CONFIG = "timm_config.json"
@@ -49,7 +49,7 @@ def load_checked(path):
             raise
         raise BadCheckpoint(f"cannot load {path}: corrupt safetensors file ({_first_line(e)}); {RESAVE}") from e
     check_finite(model, path)
-    release_file_pages(model)  # the check touched every mapped weight page; nothing needs them until used
+    trim()
     return model, record
 
 
@@ -127,11 +127,14 @@ def _check_weights(p: Path, header: dict) -> None:
 
 
 def check_finite(model, path) -> None:
-    """Refuse a model with a NaN or infinite parameter, naming the first."""
+    """Refuse a model with a NaN or infinite parameter, naming the first. Each weight's mapped pages go back to
+    the OS once checked: nothing needs them until the model is used."""
     import torch
 
+    pages = FilePages()
     for name, t in model.named_parameters():
         finite = torch.isfinite(t)
+        pages.release(t)
         if not bool(finite.all()):
             bad = int((~finite).sum())
             kind = "NaN" if bool(torch.isnan(t).any()) else "infinite"
@@ -172,12 +175,7 @@ ROLE_NAMES = {"embed": "vocabulary size", "pos_embed": "positions (context lengt
 
 
 def _fixed_sizes(adapter, model) -> dict:
-    view = adapter.to_canonical(model)
-    out = {k: tuple(v.shape[:-1]) for k, v in view.items() if k in ROLE_NAMES}
-    del view
-    trim()  # building the view read every weight; only its shapes were needed
-    release_file_pages(model)
-    return out
+    return {k: shape[:-1] for k, shape in adapter.canonical_shapes(model).items() if k in ROLE_NAMES}
 
 
 def _size(shape) -> str:

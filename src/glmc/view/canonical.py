@@ -72,10 +72,18 @@ def centre_writers(view: dict, n_layer: int, inplace: bool = False) -> dict:
     v = view if inplace else dict(view)
     for k in expand_keys(WRITERS, n_layer, v):
         x = v[k]
-        mean = x.mean(-1, keepdim=True, dtype=torch.float64)
+        mean = _row_means(x)
         v[k] = x - mean.to(x.dtype) if x.dtype == torch.float32 else (x.double() - mean).to(x.dtype)
         del x
     return v
+
+
+def _row_means(x: torch.Tensor, rows_elements: int = 1 << 21) -> torch.Tensor:
+    """x.mean(-1, keepdim=True) in float64, a slice of rows at a time: an embedding gets no float64 copy."""
+    flat = x.reshape(-1, x.shape[-1])
+    rows = max(1, rows_elements // max(1, flat.shape[1]))
+    means = [flat[i:i + rows].mean(-1, keepdim=True, dtype=torch.float64) for i in range(0, flat.shape[0], rows)]
+    return torch.cat(means).reshape(*x.shape[:-1], 1)
 
 
 def canonicalise(view: dict, arch, inplace: bool = False) -> dict:
