@@ -1,5 +1,9 @@
 """The `glmc` command line. Each sub-command lives in glmc/cli/<name>.py and is registered here.
 
+Many processes (`accelerate launch … -m glmc.cli align|barrier|merge …`, glmc/distributed.py): every process runs
+the command on its share of the data; only the main process prints and writes files, and the others wait for it at
+the end. The other commands refuse to run under a multi-process launch.
+
 Errors: every error a user's input causes (glmc.errors.GlmcError, and the OS errors of missing, unreadable or
 unwritable paths and full disks) is printed as one line, ``Error: …``, with exit code 1; click's usage errors
 exit with 2. Anything else is a bug: one line saying so, exit code 70, and the traceback with GLMC_DEBUG=1.
@@ -9,6 +13,7 @@ import errno
 import importlib
 import importlib.util
 import os
+import sys
 
 import click
 
@@ -64,6 +69,8 @@ def translate(e: Exception) -> click.ClickException:
 
 # name -> module under glmc.cli that defines a click command called `command`
 COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo"]
+# the commands that run under a multi-process launch (their data passes are sharded)
+LAUNCHABLE = ("align", "barrier", "merge")
 
 
 class LazyGroup(click.Group):
@@ -85,22 +92,42 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as e:
             if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
                 raise  # the whole traceback, user errors included
             raise translate(e) from e
+        from glmc import distributed
+
+        distributed.close()  # under a launch: every process leaves once the main one has written its files
+        return result
+
+
+def join_launch(command: str | None) -> None:
+    """Under a multi-process launch: refuse a command that does not shard its work, and silence the standard
+    output of every process but the main one (errors still reach stderr)."""
+    from glmc import distributed
+
+    if not distributed.launched() or command is None:
+        return
+    if command not in LAUNCHABLE:
+        raise click.UsageError(f"glmc {command} runs in one process; under a multi-process launch only "
+                               f"{', '.join(LAUNCHABLE)} run (run it without the launcher)")
+    if not distributed.is_main():
+        sys.stdout = open(os.devnull, "w")  # for the life of the process
 
 
 @click.group(cls=LazyGroup)
 @click.version_option()
-def main():
+@click.pass_context
+def main(ctx):
     """Align, interpolate and merge independently trained Transformers (GPT-2, ViT, Llama)."""
     from glmc.memory import release_freed_memory
 
     release_freed_memory()
+    join_launch(ctx.invoked_subcommand)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import time
 
 import click
 
+from glmc import distributed
 from glmc.cli.common import check_out_path, data_options, load_eval_data, load_models, mode_option, pick_device
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -54,6 +55,8 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     from glmc.api import align
     from glmc.matching import method_options
 
+    progress = progress and distributed.is_main()  # one set of progress bars under a launch
+
     check_out_path(out_dir, "--out", overwrite, directory=True)
     device = pick_device(data_kw.pop("device"))
     a, b = load_models([model_a, model_b], device)
@@ -70,7 +73,8 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     al = align(a, b, method, data=ds, **options)
     seconds = time.perf_counter() - t0
     al.report["seconds"] = seconds
-    al.save(out_dir, overwrite=True, mode=mode)
+    if distributed.is_main():  # every process holds the same result; the main one writes it
+        al.save(out_dir, overwrite=True, mode=mode)
     target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
     if "widened" in al.report:
         click.echo(f"embedded {target} exactly into the width of {ref} (max |Δlogits| "

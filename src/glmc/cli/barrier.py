@@ -2,6 +2,7 @@
 
 import click
 
+from glmc import distributed
 from glmc.cli.common import (
     check_out_path,
     check_plot_path,
@@ -48,6 +49,8 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     learned, each aligning all models to a shared universe)."""
     from glmc.experiments.barriers import format_table, run_barriers, write_csv
 
+    progress = progress and distributed.is_main()  # one set of progress bars under a launch
+
     if len(models) < 2:
         raise click.UsageError("give at least two models")
     method_list = parse_methods(methods, "--align", simplex=len(models) > 2)
@@ -69,6 +72,8 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
                           align_options={"iterations": iterations, "steps": steps}, mode=mode, dtype=dtype)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
     click.echo(format_table(result))
+    if not distributed.is_main():  # every process has the same figures; the main one writes them
+        return
     if json_path:
         write_json(json_path, result)
         click.echo(f"wrote {json_path}")
@@ -100,6 +105,8 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
                    f"{r['surface_seconds']:>9.1f}")
     result = {"schema": "glmc.simplex/1", "models": [str(p) for p in paths], "task": ds.task, "mode": mode,
               "results": results, **data_info}
+    if not distributed.is_main():
+        return
     if json_path:
         write_json(json_path, result)
         click.echo(f"wrote {json_path}")

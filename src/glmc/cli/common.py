@@ -36,10 +36,14 @@ def mode_option(f):
 
 
 def pick_device(name: str):
+    """--device as a torch.device. Under a multi-process launch each process has its own: auto gives the one
+    accelerate assigns it (cuda:LOCAL_RANK on GPUs), cuda gives cuda:LOCAL_RANK, and cuda:N is refused."""
     import torch
 
+    from glmc import distributed
+
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return distributed.device()
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -47,7 +51,24 @@ def pick_device(name: str):
             from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise click.BadParameter("CUDA is not available on this machine; use --device cpu", param_hint="--device")
+    if device.type == "cuda" and distributed.launched():
+        return _process_gpu(device)
     return device
+
+
+def _process_gpu(device):
+    import torch
+
+    from glmc import distributed
+
+    if device.index is not None:
+        raise click.BadParameter(f"under a multi-process launch each process uses its own GPU (cuda:LOCAL_RANK); "
+                                 f"use --device cuda or auto, not {device}", param_hint="--device")
+    own, count = distributed.local_rank(), torch.cuda.device_count()
+    if own >= count:
+        raise click.BadParameter(f"process {own} on this machine has no GPU of its own ({count} visible); launch at "
+                                 f"most {count} processes per machine", param_hint="--device")
+    return torch.device("cuda", own)
 
 
 def check_out_path(path, option: str, overwrite: bool = True, directory: bool = False) -> None:

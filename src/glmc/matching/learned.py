@@ -17,6 +17,11 @@ Every `eval_every` steps the hard projection is scored on validation batches (`s
 and training stops early after `patience` checks without improvement. The result is projected to exact
 symmetries (soft permutations are rounded by Hungarian), so B′ = π(B) has B's function, checked before
 anything is returned.
+
+Under a multi-process launch (glmc/distributed.py) each process takes its share of every training and validation
+batch; training losses are divided by the whole batch's count and the gradients summed over the processes before
+each step, so every process makes the single-process full-batch update (up to float summation order). λ draws, the
+data order and the projections are the same on every process, so the processes stay in lockstep.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from glmc import distributed
 from glmc.errors import BadOption
 from glmc.matching import nullspace
 from glmc.matching.common import canonical_pair, finish
 from glmc.matching.weight import weight_matching
-from glmc.models.evaluate import loss_and_correct
+from glmc.models.evaluate import loss_and_correct, summed
 from glmc.symmetry.elements import DenseMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
@@ -178,16 +184,19 @@ class LearnedMatcher:
         return self.adapter.native_state(mixed, self.template)
 
     def batch_loss(self, batch, params) -> torch.Tensor:
-        loss, _, n = loss_and_correct(self.template, batch, self.task, params=params, device=self.device)
-        return loss / n
+        """Mean training loss of `batch`; under a multi-process launch this process's share of the loss summed
+        over its rows, divided by the whole batch's count (the shares add up to the batch's mean). An empty share
+        gives a constant 0."""
+        part = distributed.shard(batch)
+        if distributed.rows(part):
+            loss, _, n = loss_and_correct(self.template, part, self.task, params=params, device=self.device)
+        else:  # fewer rows than processes
+            loss, n = torch.zeros((), device=self.device), 0
+        return loss / distributed.all_sum([n])[0]
 
     @torch.no_grad()
     def mean_loss(self, batches, weights, hard=True) -> float:
-        params = self.params_at(weights, hard)
-        total, n = 0.0, 0
-        for batch in batches:
-            loss, _, count = loss_and_correct(self.template, batch, self.task, params=params, device=self.device)
-            total, n = total + float(loss), n + count
+        total, _, n = summed(self.template, batches, self.task, self.params_at(weights, hard), self.device)
         return total / n
 
     def transforms(self) -> list[Transform]:
@@ -208,12 +217,17 @@ class LearnedMatcher:
                                  weight_decay=weight_decay)
 
     def train_step(self, batch, weights, opt) -> torch.Tensor:
-        """One step: project, build Σ_m weights[m]·π_m(θ_m), training loss on `batch`, backward, `opt.step()`.
-        Returns the loss (detached)."""
+        """One step: project, build Σ_m weights[m]·π_m(θ_m), training loss on `batch`, backward, `opt.step()`
+        (under a multi-process launch, with the gradients summed over the processes first). Returns the loss
+        (detached; the whole batch's on every process)."""
         loss = self.batch_loss(batch, self.params_at(weights))
         opt.zero_grad()
-        loss.backward()
+        if loss.requires_grad:  # not for an empty share of the batch
+            loss.backward()
+        distributed.sum_gradients(p for group in opt.param_groups for p in group["params"])  # one process: no-op
         opt.step()
+        if distributed.launched():  # the whole batch's loss, as in one process
+            return loss.new_tensor(distributed.all_sum([loss.item()])[0])
         return loss.detach()
 
     def fit(self, steps=None, epochs=None, minutes=None, lr=1e-3, weight_decay=0.0, warmup=0.05, batch_size=32,
@@ -251,8 +265,12 @@ class LearnedMatcher:
         t0 = time.perf_counter()
         step_times, bad, step = [], 0, 0
         batches = _train_batches(self.data, batch_size, seed)
-        bar = tqdm(total=total, desc="learned matching", disable=not progress, leave=False)
-        while (total is None or step < total) and (minutes is None or time.perf_counter() - t0 < 60 * minutes):
+        bar = tqdm(total=total, desc="learned matching", disable=not (progress and distributed.is_main()), leave=False)
+
+        def out_of_time():  # every process stops at the same step, whatever its own clock says
+            return minutes is not None and distributed.any_process(time.perf_counter() - t0 >= 60 * minutes)
+
+        while (total is None or step < total) and not out_of_time():
             ts = time.perf_counter()
             loss = self.train_step(next(batches), sample_weights(sampler, k, rng, bias, concentration), opt)
             sched.step()

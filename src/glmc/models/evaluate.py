@@ -8,11 +8,16 @@ Logits are cast to float32 before the loss, and sums are accumulated in float64,
 sequence always gives the same numbers. ``loss_and_correct`` takes optional ``params`` so callers can
 evaluate substituted parameters (interpolations, aligned copies) through ``torch.func.functional_call``
 without copying the model.
+
+Under a multi-process launch (glmc/distributed.py) `summed` and `evaluate` give each process its share of every
+batch and add the sums across processes: every process gets the single-process figures, up to the order of float
+additions.
 """
 
 import torch
 import torch.nn.functional as F
 
+from glmc import distributed
 from glmc.adapters import forward
 
 IGNORE_INDEX = -100
@@ -54,6 +59,24 @@ def loss_and_correct(model, batch: dict, task=None, params=None, device=None):
     return loss, correct, int(counted.sum())
 
 
+def summed(model, batches, task=None, params=None, device=None) -> tuple[float, int, int]:
+    """(summed loss, number correct, number of predictions) over an iterable of batches; under a multi-process
+    launch, this process's share of each batch, added up over the processes. Grad mode is left to the caller."""
+    total, correct, n = 0.0, 0, 0
+    for batch in batches:
+        part = distributed.shard(batch)
+        if not distributed.rows(part):  # a batch with fewer rows than processes
+            continue
+        loss, right, count = loss_and_correct(model, part, task, params, device)
+        total += float(loss)
+        correct += int(right)
+        n += count
+    if distributed.launched():
+        total, right, count = distributed.all_sum([total, correct, n])
+        correct, n = int(right), int(count)
+    return total, correct, n
+
+
 @torch.no_grad()
 def evaluate(model, batches, task=None, params=None) -> dict:
     """{"loss": mean loss, "acc": accuracy, "n": predictions counted} over an iterable of batches.
@@ -61,13 +84,8 @@ def evaluate(model, batches, task=None, params=None) -> dict:
     The model is put in eval mode for the pass and restored to its previous mode afterwards."""
     was_training = model.training
     model.eval()
-    total, correct, n = 0.0, 0, 0
     try:
-        for batch in batches:
-            loss, right, count = loss_and_correct(model, batch, task, params)
-            total += float(loss)
-            correct += int(right)
-            n += count
+        total, correct, n = summed(model, batches, task, params)
     finally:
         model.train(was_training)
     if n == 0:

@@ -14,8 +14,9 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from glmc import distributed
 from glmc.errors import BadOption
-from glmc.models.evaluate import loss_and_correct
+from glmc.models.evaluate import summed
 from glmc.paths.interpolate import Interpolation
 
 
@@ -27,12 +28,9 @@ def lambda_grid(points: int) -> list[float]:
 
 @torch.no_grad()
 def evaluate_batches(model, batches: list, task: str) -> dict:
-    total, correct, n = 0.0, 0, 0
-    for batch in batches:
-        loss, right, count = loss_and_correct(model, batch, task)
-        total += float(loss)
-        correct += int(right)
-        n += count
+    """Mean loss and accuracy; under a multi-process launch each process evaluates its share of every batch
+    (glmc/models/evaluate.py `summed`), and every process gets the whole figures."""
+    total, correct, n = summed(model, batches, task)
     return {"loss": total / n, "acc": correct / n}
 
 
@@ -44,7 +42,7 @@ def path_curve(models: list, batches: list, task: str, points: int = 11, progres
     lams = lambda_grid(points)
     out = {"lambdas": lams, "loss": [], "acc": []}
     t0 = time.perf_counter()
-    bar = tqdm(lams, desc=f"barrier {label}".strip(), disable=not progress, leave=False)
+    bar = tqdm(lams, desc=f"barrier {label}".strip(), disable=not (progress and distributed.is_main()), leave=False)
     for lam in bar:
         r = evaluate_batches(interp.set(lam), batches, task)
         out["loss"].append(r["loss"])

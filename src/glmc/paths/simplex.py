@@ -8,6 +8,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from glmc import distributed
 from glmc.paths.barrier import evaluate_batches
 from glmc.paths.interpolate import Interpolation
 
@@ -35,7 +36,8 @@ def simplex_surface(models: list, batches: list, task: str, resolution: int = 10
     pts = simplex_points(len(models), resolution, samples)
     out = {"points": pts, "loss": [], "acc": []}
     t0 = time.perf_counter()
-    for w in tqdm(pts, desc=f"simplex {label}".strip(), disable=not progress, leave=False):
+    for w in tqdm(pts, desc=f"simplex {label}".strip(), disable=not (progress and distributed.is_main()),
+                  leave=False):
         r = evaluate_batches(interp.set(list(w)), batches, task)
         out["loss"].append(r["loss"])
         out["acc"].append(r["acc"])
