@@ -115,3 +115,19 @@ def test_file_pages_are_released_without_changing_weights_or_logits(tmp_path):
     view = canonical_cpu_view(adapter, loaded)
     assert all(v.dtype == torch.float32 and v.device.type == "cpu" for v in view.values())
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_weight_merge_without_data_or_evaluation(tmp_path):
+    import json
+
+    from conftest import run_cli
+    from glmc.models import load_model, save_model
+
+    for s in (0, 1):
+        save_model(tiny_gpt2(seed=s), tmp_path / f"g{s}")  # no glmc.json: no data is known
+    out = run_cli("merge", tmp_path / "g0", tmp_path / "g1", "--out", tmp_path / "m", "--no-eval", "--rounds", "1",
+                  "--no-progress")
+    assert "not evaluated" in out
+    report = json.loads((tmp_path / "m" / "merge.json").read_text())
+    assert report["scores"] == {} and max(report["max_dlogits"]) <= 1e-4
+    load_model(tmp_path / "m")

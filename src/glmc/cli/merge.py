@@ -2,6 +2,7 @@
 
 import click
 
+from glmc import distributed
 from glmc.cli.common import check_out_path, data_options, load_eval_data, load_models, mode_option, pick_device
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -30,16 +31,20 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Models narrower than the widest: their free reader weights (exact either way) [fixed: the "
                    "full-width models' average; off: zero].")
 @click.option("--overwrite", is_flag=True)
+@click.option("--no-eval", is_flag=True,
+              help="Skip evaluating the merged and input models (weight merges then need no data at all).")
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(models, config, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
-            overwrite, progress, **data_kw):
+            overwrite, no_eval, progress, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest.
     With --config, the models and every setting come from a YAML recipe instead."""
     from glmc.api import merge
     from glmc.models.evaluate import evaluate
+
+    progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
     device = pick_device(data_kw.pop("device"))
     if config:
@@ -54,21 +59,25 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
         raise click.UsageError("give at least two models")
     check_out_path(out_dir, "--out", overwrite, directory=True)
     loaded = load_models(models, device)
-    ds, batches, info = load_eval_data(models[0], model=loaded[0], **data_kw)
+    ds, batches, info = (None, None, {}) if no_eval and method == "weight" else \
+        load_eval_data(models[0], model=loaded[0], **data_kw)
     learned = {k: options.pop(k) for k in ("steps", "lr", "concentration") if k in options}
     if method != "learned":
         learned = {}
     result = merge(loaded, method, data=ds, weights=w, mode=mode, progress=progress, **options,
                    **{k: v for k, v in learned.items() if v is not None})
-    scores = {"merged": evaluate(result.model, batches, ds.task)}
-    for i, m in enumerate(loaded):
+    scores = {} if batches is None else {"merged": evaluate(result.model, batches, ds.task)}
+    for i, m in enumerate(loaded if batches is not None else []):
         scores[f"model{i + 1}"] = evaluate(m, batches, ds.task)
     result.report.update({"models": [str(m) for m in models], "scores": scores, **info})
     if config:
         result.report["recipe"] = str(config)
-    result.save(out_dir, overwrite=True)
+    if distributed.is_main():  # every process holds the same result; the main one writes it
+        result.save(out_dir, overwrite=True)
     for name, s in scores.items():
         click.echo(f"{name:>8}: {info['split']} loss {s['loss']:.4f}  acc {100 * s['acc']:.2f}%")
+    if not scores:
+        click.echo("not evaluated (--no-eval)")
     click.echo(f"max |Δlogits| of the aligned models: {max(result.report['max_dlogits']):.2e}")
     click.echo(f"wrote {out_dir}/ (merged model, aligned/, merge.json)")
 

@@ -18,8 +18,17 @@ from __future__ import annotations
 import time
 
 from glmc.errors import BadOption, IncompatibleModels
-from glmc.matching.common import FUNCTION_TOL, canonical_cpu_view, check_compatible, max_logit_change, model_device
-from glmc.matching.weight import weight_matching
+from glmc.matching.common import (
+    FUNCTION_TOL,
+    canonical_cpu_view,
+    check_compatible,
+    layer_chunks,
+    max_logit_change,
+    model_device,
+    move_consuming,
+    squared_norm,
+)
+from glmc.matching.weight import moved_part, weight_matching
 from glmc.symmetry.transform import Transform
 
 
@@ -31,6 +40,18 @@ def canonical_views(models: list):
 
 def average(views: list, weights) -> dict:
     return {k: sum(w * v[k].double() for w, v in zip(weights, views)).float() for k in views[0]}
+
+
+def moved_average(views: list, transforms: list, weights, arch) -> tuple[dict, float]:
+    """(Σ_m w_m·π_m(θ_m), Σ_m ‖π_m(θ_m) − that average‖²), one block at a time: no model gets a moved copy of its
+    own, so merging k models holds their k views and the average, not 2k + 1 model-sized copies."""
+    out, spread = {}, 0.0
+    for keys in layer_chunks(views[0], arch.n_layer):
+        parts = [moved_part(v, keys, t.elements, arch) for t, v in zip(transforms, views)]
+        avg = average(parts, weights)
+        spread += sum(squared_norm(p[k], avg[k]) for p in parts for k in keys)
+        out.update(avg)
+    return out, spread
 
 
 def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterations: int = 5, progress=False,
@@ -50,9 +71,7 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
                 continue
             transforms[m], _ = weight_matching(universe, views[m], arch, iterations, progress=progress,
                                                balanced=balanced)
-        aligned = [t.apply(v, arch) if t.elements else v for t, v in zip(transforms, views)]
-        universe = average(aligned, weights)
-        spread = sum(float((a[key] - universe[key]).double().pow(2).sum()) for a in aligned for key in universe)
+        universe, spread = moved_average(views, transforms, weights, arch)
         log.append({"round": r + 1, "spread": spread, "seconds": time.perf_counter() - t0})
     return transforms, log
 
@@ -86,18 +105,23 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
         transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress, mode,
                                             **learned_options)
         report["learned"] = fit
-    aligned_views = [t.apply(v, arch) if t.elements else v for t, v in zip(transforms, views)]
     if null_space == "fixed" and len(widened) < k:
+        aligned_views = [t.apply(v, arch) if t.elements else v for t, v in zip(transforms, views)]
         aligned_views, fills = _fill_widened(aligned_views, views, transforms, widened, weights, arch)
         # model index -> {key: tensor added after its transform}; tensors, popped by the CLI (not JSON)
         report.update(null_space="fixed", fills=fills)
-    device = model_device(models[0])
-    aligned = [adapter.from_canonical(v, m).to(model_device(m)) for v, m in zip(aligned_views, models)]
+        merged_view = average(aligned_views, weights)
+    else:  # streamed: the average first, then each view is moved and rebuilt as it is consumed
+        merged_view, _ = moved_average(views, transforms, weights, arch)
+        aligned_views = [move_consuming(v, t, arch) if t.elements else v for t, v in zip(transforms, views)]
+    del views
+    # each view is consumed by its rebuild, so the views and the models are never all held at once
+    aligned = [adapter.from_canonical(v, m, consume=True).to(model_device(m)) for v, m in zip(aligned_views, models)]
     report["max_dlogits"] = [max_logit_change(m, a) for m, a in zip(models, aligned)]
     if not max(report["max_dlogits"]) <= FUNCTION_TOL:
         raise RuntimeError(f"merge changed an aligned model's function: max |Δlogits| {max(report['max_dlogits']):.3g}"
                            f" > {FUNCTION_TOL:g} (a bug: please report it with the models' configs)")
-    merged = adapter.from_canonical(average(aligned_views, weights), template).to(device)
+    merged = adapter.from_canonical(merged_view, template, consume=True).to(model_device(models[0]))
     return merged, aligned, transforms, report
 
 
