@@ -117,3 +117,27 @@ def test_exact_transform_is_projected_in_float64_whatever_the_latents():
     o = lat.transform()["residual"].matrix
     assert o.dtype == torch.float64
     assert torch.allclose(o @ o.T, torch.eye(o.shape[0], dtype=torch.float64), atol=1e-12)
+
+
+def test_autocast_runs_the_training_loss_in_low_precision_and_keeps_latents_float32():
+    from types import SimpleNamespace
+
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import LearnedMatcher
+    from glmc.matching.weight import weight_matching
+
+    a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    adapter, arch, va, vb = canonical_pair(a, b)
+    init, _ = weight_matching(va, vb, arch, iterations=1, progress=False)
+    ids = torch.randint(0, a.config.vocab_size, (4, 17), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids[:, :-1], "targets": ids[:, 1:]}
+    losses = {}
+    for dtype in (None, "bfloat16"):
+        m = LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init],
+                           autocast=dtype)
+        opt = m.optimizer()
+        losses[dtype] = float(m.train_step(batch, [0.5, 0.5], opt))
+        assert all(p.dtype == torch.float32 and torch.isfinite(p.grad).all() for p in m.latents.parameters()
+                   if p.grad is not None)
+    assert losses[None] != losses["bfloat16"]  # the forward really ran in bfloat16
+    assert losses["bfloat16"] == pytest.approx(losses[None], rel=2e-2)

@@ -40,6 +40,7 @@ from glmc.matching import nullspace
 from glmc.matching.common import canonical_pair, finish
 from glmc.matching.weight import weight_matching
 from glmc.models.evaluate import loss_and_correct, summed
+from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.elements import DenseMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
@@ -134,9 +135,13 @@ class LearnedMatcher:
     """Learns one transform per model m ≥ 1 that brings it to model 0 (the reference, held fixed)."""
 
     def __init__(self, views: list, adapter, arch, template, data, inits: list, kinds: dict | None = None,
-                 soft=False, device=None, mode: str = "native", probes: list | None = None, learn_free=False):
+                 soft=False, device=None, mode: str = "native", probes: list | None = None, learn_free=False,
+                 autocast=None):
         self.adapter, self.arch, self.data, self.task, self.mode = adapter, arch, data, data.task, mode
         self.device = device or torch.device("cpu")
+        # the training forward and backward in low precision (bfloat16, float16); the latents, their projections
+        # and the interpolated weights stay float32, validation and the result are float32
+        self.autocast = None if eval_dtype(autocast) in (None, torch.float32) else eval_dtype(autocast)
         if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/view/circuit.py)
             from glmc.view.circuit import circuit_model
 
@@ -194,7 +199,8 @@ class LearnedMatcher:
         gives a constant 0."""
         part = distributed.shard(batch)
         if distributed.rows(part):
-            loss, _, n = loss_and_correct(self.template, part, self.task, params=params, device=self.device)
+            with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+                loss, _, n = loss_and_correct(self.template, part, self.task, params=params, device=self.device)
         else:  # fewer rows than processes
             loss, n = torch.zeros((), device=self.device), 0
         return loss / distributed.all_sum([n])[0]
@@ -303,12 +309,13 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str | None = None,
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
           seed: int = 0, mode: str = "native", perm_lr: float = 0.02, fill: bool = False,
-          learn_free: bool = False):
+          learn_free: bool = False, autocast: str | None = None):
     """Learned matching (module docstring): `steps` / `epochs` / `minutes` budget (default DEFAULT_STEPS), AdamW
     at `lr` (`perm_lr` for permutation latents), λ from `sampler`, validation every `eval_every` steps on
     `eval_batches` batches with early stopping after `patience` checks; `permutations_only` learns the
     permutation subgroups only (the Git Re-Basin STE baseline); `soft`: Sinkhorn permutations; `mode`
-    "circuit" interpolates the paper's circuit form; `fill`/`learn_free`: an embedded narrower B's null space."""
+    "circuit" interpolates the paper's circuit form; `fill`/`learn_free`: an embedded narrower B's null space;
+    `autocast` ("bfloat16", "float16"): the training steps' forward and backward in that precision."""
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)
@@ -325,7 +332,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     template = adapter.from_canonical(view_a, model_a)
     probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], kinds, soft, device,
-                       mode, probes=[probes], learn_free=learn_free)
+                       mode, probes=[probes], learn_free=learn_free, autocast=autocast)
     fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
                 eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress,
                 perm_lr=perm_lr)
