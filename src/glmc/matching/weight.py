@@ -205,7 +205,8 @@ class Assignments:
         waiting = [f for f in self.futures.values() if not f.done()]
         if len(waiting) >= self.workers:
             wait(waiting, return_when=FIRST_COMPLETED)
-        self.futures[key] = self.pool.submit(_assignment, s)
+        # the float64 cost is made here, so a waiting job holds it alone rather than beside the similarity
+        self.futures[key] = self.pool.submit(_assignment_of_cost, _cost(s), s.shape[1])
 
     def results(self) -> dict:
         out = {k: f.result() for k, f in self.futures.items()}
@@ -215,13 +216,19 @@ class Assignments:
 
 def _assignment(s: torch.Tensor) -> IndexMap:
     """src[h] = j: B's unit j goes to position h, maximising Σ_h s[h, src[h]]."""
+    return _assignment_of_cost(_cost(s), s.shape[1])
+
+
+def _cost(s: torch.Tensor) -> torch.Tensor:
     # the one float64 copy scipy needs, negated in place (maximize=True would make a second); s is not modified
-    cost = s.double().neg_() if s.dtype != torch.float64 else -s
+    return s.double().neg_() if s.dtype != torch.float64 else -s
+
+
+def _assignment_of_cost(cost: torch.Tensor, n: int) -> IndexMap:
     rows, cols = linear_sum_assignment(cost.numpy())
-    del cost
-    src = torch.empty(s.shape[0], dtype=torch.long)
+    src = torch.empty(cost.shape[0], dtype=torch.long)
     src[torch.as_tensor(rows)] = torch.as_tensor(cols)
-    return IndexMap(src, None, s.shape[1])
+    return IndexMap(src, None, n)
 
 
 def fit_head_maps(kind_name: str, xa, xb, ya, yb) -> torch.Tensor:
@@ -474,7 +481,9 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
         if "mlp" in groups:
             gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
             units.submit(i, (gated_mlp_similarity if gated else mlp_similarity)(view_a, rotated_b, i))
-    for i, perm in units.results().items():
+    unit_perms = units.results()
+    trim()  # the similarities and costs of every layer are freed by now
+    for i, perm in unit_perms.items():
         t.elements[group_name("mlp", i)] = perm
         if "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a:
             keys = [k for k in chunks[i] if ".mlp." in k]
@@ -485,6 +494,7 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
         maps = fit_factor_grams(FactorGrams.cat([g for _, g in parts])).transpose(-1, -2).float()
         for (i, _), c in zip(parts, maps.split([g.nx.shape[0] for _, g in parts])):
             t.elements[group_name(role, i)] = LinearMap(c.contiguous())
+        trim()  # L-BFGS's history and line-search temporaries
     return t
 
 
