@@ -151,10 +151,13 @@ def main(argv=None) -> None:
     cells = [row["model"], f"{params / 1e6:.0f} M", args.device, str(row["iterations"]),
              f"{row['seconds_per_iteration']:.1f}", f"{row['align_seconds']:.1f}", f"{wall:.1f}", f"{peak:.2f}",
              f"{row['distance_before']:.4f} → {row['distance_after']:.4f}", f"{row['max_dlogits']:.1e}"]
+    write_report(args.out, args.name, row, header, cells)  # the alignment's figures, whatever the merge does
     if args.merge:
+        # a two-model merge: B aligned to A (one universe round) and averaged, at the align command's budget
         merged = args.cache / f"{a.name}-merged"
         cmd = [glmc, "merge", str(a), str(b), "--method", "weight", "--out", str(merged), "--overwrite",
-               "--no-progress", "--device", args.device, "--no-eval"]
+               "--no-progress", "--device", args.device, "--no-eval", "--rounds", "1",
+               "--iterations", str(len(its))]
         print("+", " ".join(cmd), flush=True)
         m_wall, m_peak, code, _ = run_measured(cmd)
         if code:
@@ -162,7 +165,7 @@ def main(argv=None) -> None:
         row.update(merge_wall_seconds=m_wall, merge_peak_rss_gb=m_peak)
         header += ["merge wall s", "merge peak RSS GB"]
         cells += [f"{m_wall:.1f}", f"{m_peak:.2f}"]
-    write_report(args.out, args.name, row, header, cells)
+        write_report(args.out, args.name, row, header, cells)
 
 
 if __name__ == "__main__":
