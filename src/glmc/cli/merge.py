@@ -59,16 +59,21 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
         raise click.UsageError("give at least two models")
     check_out_path(out_dir, "--out", overwrite, directory=True)
     loaded = load_models(models, device)
+    # a weight merge without evaluation needs no data; learned refinement trains on it either way
     ds, batches, info = (None, None, {}) if no_eval and method == "weight" else \
         load_eval_data(models[0], model=loaded[0], **data_kw)
+    if no_eval:
+        batches = None
     learned = {k: options.pop(k) for k in ("steps", "lr", "concentration") if k in options}
     if method != "learned":
         learned = {}
     result = merge(loaded, method, data=ds, weights=w, mode=mode, progress=progress, **options,
                    **{k: v for k, v in learned.items() if v is not None})
-    scores = {} if batches is None else {"merged": evaluate(result.model, batches, ds.task)}
-    for i, m in enumerate(loaded if batches is not None else []):
-        scores[f"model{i + 1}"] = evaluate(m, batches, ds.task)
+    scores = {}
+    if batches is not None:
+        scores["merged"] = evaluate(result.model, batches, ds.task)
+        for i, m in enumerate(loaded):
+            scores[f"model{i + 1}"] = evaluate(m, batches, ds.task)
     result.report.update({"models": [str(m) for m in models], "scores": scores, **info})
     if config:
         result.report["recipe"] = str(config)
