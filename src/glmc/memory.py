@@ -97,21 +97,6 @@ class FilePages:
                     advised += b - a
         return advised
 
-    def release_model(self, model) -> int:
-        """Page out every mapped checkpoint file that holds one of `model`'s tensors, whole."""
-        ptrs = {t.untyped_storage().data_ptr() for t in model.state_dict().values() if t.device.type == "cpu"}
-        advised = 0
-        for start, end in self.ranges:
-            if any(start <= p < end for p in ptrs) and _libc().madvise(start, end - start, MADV_PAGEOUT) == 0:
-                advised += end - start
-        return advised
-
-
-def release_file_pages(model) -> int:
-    """Hand back the resident pages of the checkpoint files `model`'s tensors are mapped from (FilePages).
-    Returns the bytes advised; 0 off Linux or for models in anonymous memory."""
-    return FilePages().release_model(model)
-
 
 @contextlib.contextmanager
 def paged_forward(model):
