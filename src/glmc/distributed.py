@@ -94,8 +94,8 @@ def shard(batch: dict) -> dict:
     the shares differing by at most one row; possibly empty when the batch has fewer rows than processes."""
     if not launched():
         return batch
-    rows = len(next(iter(batch.values())))
-    lo, hi = rows * rank() // world_size(), rows * (rank() + 1) // world_size()
+    n = rows(batch)
+    lo, hi = n * rank() // world_size(), n * (rank() + 1) // world_size()
     return {k: v[lo:hi] for k, v in batch.items()}
 
 

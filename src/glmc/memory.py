@@ -120,6 +120,14 @@ def paged_forward(model):
             h.remove()
 
 
+def row_slices(rows: int, cols: int, elements: int = 1 << 21):
+    """Slices over `rows` rows of `cols` columns, each at most `elements` entries (one row at least): reductions
+    done a slice at a time keep their temporaries at that size (16 MB in float64 by default) instead of a copy of
+    the whole matrix."""
+    step = max(1, elements // max(1, cols))
+    return [slice(i, i + step) for i in range(0, rows, step)]
+
+
 def peak_rss_gb() -> float:
     """Peak resident memory of this process so far, GB (Linux reports KiB, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -14,7 +14,7 @@ import torch
 
 from glmc.adapters import adapter_for
 from glmc.errors import IncompatibleModels
-from glmc.memory import FilePages, paged_forward, trim
+from glmc.memory import FilePages, paged_forward, row_slices, trim
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
@@ -82,18 +82,14 @@ def view_distance(view_a: dict, view_b: dict) -> float:
     return sum(squared_norm(view_a[k], view_b[k]) for k in view_a) / sum(squared_norm(view_a[k]) for k in view_a)
 
 
-ROWS_ELEMENTS = 1 << 21  # elements per slice of rows: 16 MB of float64
-
-
 def squared_norm(x: torch.Tensor, y: torch.Tensor | None = None) -> float:
     """‖x − y‖² (‖x‖² without y): float32 differences summed in float64, a slice of rows at a time, so a
     vocabulary-sized matrix never gets a float64 or difference copy of its own (0.3 GB and 0.15 GB at 124M)."""
     x = x.reshape(-1, x.shape[-1]) if x.dim() > 1 else x.reshape(1, -1)
     y = None if y is None else y.reshape(x.shape)
-    rows = max(1, ROWS_ELEMENTS // max(1, x.shape[1]))
     total = 0.0
-    for i in range(0, x.shape[0], rows):
-        part = x[i:i + rows] if y is None else x[i:i + rows] - y[i:i + rows]
+    for rows in row_slices(*x.shape):
+        part = x[rows] if y is None else x[rows] - y[rows]
         total += float(torch.linalg.vector_norm(part, dtype=torch.float64) ** 2)
     return total
 

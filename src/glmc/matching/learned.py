@@ -141,7 +141,8 @@ class LearnedMatcher:
         self.device = device or torch.device("cpu")
         # the training forward and backward in low precision (bfloat16, float16); the latents, their projections
         # and the interpolated weights stay float32, validation and the result are float32
-        self.autocast = None if eval_dtype(autocast) in (None, torch.float32) else eval_dtype(autocast)
+        dtype = eval_dtype(autocast)
+        self.autocast = None if dtype in (None, torch.float32) else dtype
         if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/view/circuit.py)
             from glmc.view.circuit import circuit_model
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from glmc.memory import row_slices
 from glmc.symmetry.spec import WRITERS, expand_keys
 
 # norm -> the readers behind it: (weight key, bias key or None)
@@ -81,8 +82,7 @@ def centre_writers(view: dict, n_layer: int, inplace: bool = False) -> dict:
 def _row_means(x: torch.Tensor, rows_elements: int = 1 << 21) -> torch.Tensor:
     """x.mean(-1, keepdim=True) in float64, a slice of rows at a time: an embedding gets no float64 copy."""
     flat = x.reshape(-1, x.shape[-1])
-    rows = max(1, rows_elements // max(1, flat.shape[1]))
-    means = [flat[i:i + rows].mean(-1, keepdim=True, dtype=torch.float64) for i in range(0, flat.shape[0], rows)]
+    means = [flat[rows].mean(-1, keepdim=True, dtype=torch.float64) for rows in row_slices(*flat.shape, rows_elements)]
     return torch.cat(means).reshape(*x.shape[:-1], 1)
 
 
