@@ -39,7 +39,7 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
                    "[learned: trained with learned matching; fixed: the wide model's; off: zero].")
 @click.option("--autocast", default=None, type=click.Choice(["bfloat16", "float16"]),
               help="Learned matching: run the training steps' forward and backward in this precision (the latents, "
-                   "validation and the result stay float32).")
+                   "validation and the result stay float32). For GPUs: CPUs without bfloat16 units run it slower.")
 @click.option("--soft", is_flag=True, help="Learned matching: Sinkhorn soft permutations (rounded at the end).")
 @click.option("--eval-every", default=50, show_default=True, type=click.IntRange(min=1),
               help="Learned matching: validate every N steps.")
