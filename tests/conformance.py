@@ -24,7 +24,7 @@ from conftest import run_cli
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs, verify_model
 from glmc.matching.common import view_distance
-from glmc.matching.weight import weight_matching
+from glmc.matching.weight import ResidualPass, residual_keys, streamed_distance, weight_matching
 from glmc.models import load_model, save_model
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform, resolve
@@ -254,6 +254,20 @@ class AdapterConformance:
         x = probe_inputs(model)
         assert max_diff(model, adapter.from_canonical(view_b, model), x) <= TOL
         assert max_diff(model, adapter.from_canonical(recovered, model), x) <= TOL
+
+    def test_one_pass_distance_is_the_distance_of_the_moved_model(self, config):
+        # weight matching reads each iteration's distance off the residual fit's pass (ResidualPass); it must be
+        # the distance of the model actually moved, for every tensor the residual touches
+        model, adapter, arch = self.parts(config)
+        view_a = canonicalise(adapter.to_canonical(model), arch)
+        other = self.make(config, 1)
+        view_b = canonicalise(adapter.to_canonical(other), arch)
+        t = random_full_transform(arch, torch.Generator().manual_seed(5))
+        inner = {k: e for k, e in t.elements.items() if k != "residual"}
+        fitted = ResidualPass(view_a, view_b, inner, arch, residual_keys(view_a, arch.n_layer), balanced=True)
+        for res in (t.elements["residual"], kind(arch.groups["residual"].kind).nearest(fitted.fit)):
+            exact = streamed_distance(view_a, view_b, {**inner, "residual": res}, arch)
+            assert fitted.distance(res) == pytest.approx(exact, rel=1e-6), config  # float32 weights: ~1e-8
 
     def test_activation_matching_recovers_a_planted_permutation(self, config):
         """B is A with a random element planted in every group activation matching searches (residual, heads or

@@ -93,7 +93,7 @@ class TimmViTAdapter(Adapter):
     label = "timm ViT"
     dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
     presets = VIT_PRESETS
-    model_options = VIT_OPTIONS
+    model_options = VIT_OPTIONS + ("pool",)
 
     @staticmethod
     def matches(model) -> bool:
@@ -184,12 +184,13 @@ class TimmViTAdapter(Adapter):
                       {"n_head": model.blocks[0].attn.num_heads, "conv": (conv.in_channels, tuple(conv.kernel_size))})
 
     def build(self, image_size, patch, channels, num_classes, layers, width, heads, mlp, dropout=0.0,
-              activation="gelu"):
+              activation="gelu", pool="token"):
+        """`pool`: "token" (the class token) or "avg" (mean of the patch tokens, then timm's fc_norm)."""
         check_heads(width, heads)
         check_patch(image_size, patch)
         kwargs = dict(img_size=image_size, patch_size=patch, in_chans=channels, num_classes=num_classes,
                       embed_dim=width, depth=layers, num_heads=heads, mlp_ratio=mlp / width, act_layer=activation,
-                      proj_drop_rate=dropout, attn_drop_rate=dropout)
+                      proj_drop_rate=dropout, attn_drop_rate=dropout, global_pool=pool)
         model = timm_from_kwargs(kwargs)
         if model.blocks[0].mlp.fc1.out_features != mlp:
             raise ValueError(f"timm cannot express MLP width {mlp} with embed_dim {width} (mlp_ratio rounding)")

@@ -94,14 +94,20 @@ def llama(data, tokenizer, context, kv_heads, head_dim, tied, **opts):
 @click.option("--patch", type=COUNT, help="Patch size (must divide the image size).")
 @click.option("--augment", type=click.Choice(["none", "crop-flip"]), help="[crop-flip for CIFAR, else none]")
 @click.option("--activation", type=click.Choice(["gelu", "relu"]), default="gelu", show_default=True)
+@click.option("--pool", type=click.Choice(["cls", "avg"]),
+              help="What the head reads: the class token, or the mean of the patch tokens (timm only) [cls].")
 @_common
-def vit(data, family, patch, augment, activation, **opts):
+def vit(data, family, patch, augment, activation, pool, **opts):
     """HF ViTForImageClassification (or timm VisionTransformer) on images. Presets: cpu (4 layers, width 128,
     patch 7, 3 epochs), paper-cifar (6 layers, width 256, 8 heads, MLP 512, patch 4)."""
     from glmc.adapters import adapter_named
 
     adapter = adapter_named(VIT_FAMILIES[family])
-    p = _merge(adapter.presets, opts, patch=patch, activation=activation)
+    if pool == "avg" and "pool" not in adapter.model_options:
+        raise click.BadParameter("HF ViTForImageClassification reads the class token; use --family timm for "
+                                 "average pooling", param_hint="--pool")
+    p = _merge(adapter.presets, opts, patch=patch, activation=activation,
+               pool={"cls": "token", "avg": "avg"}.get(pool) if "pool" in adapter.model_options else None)
     spec = {"source": data, **({"augment": augment} if augment else {})}
     _run(adapter, spec, p, opts, fit_patch=patch is None)
 

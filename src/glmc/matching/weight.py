@@ -73,20 +73,24 @@ def start_keys(view) -> tuple:
 
 # --- step 1: residual -----------------------------------------------------------------------------------------
 
-def residual_cross(view_a: dict, view_b: dict, keys, balanced: bool = True) -> torch.Tensor:
+def residual_cross(view_a: dict, view_b: dict, keys, balanced: bool = True, rows: dict | None = None) -> torch.Tensor:
     """M = Σ_t B_tᵀ·A_t / (‖A_t‖·‖B_t‖) (d×d) over the given residual-touching tensors (unweighted Σ B_tᵀ·A_t
-    when not `balanced`)."""
+    when not `balanced`). `rows`: key -> boolean mask of the rows that take part (e.g. the tokens seen in
+    training, `seen_token_rows`)."""
     d = view_a[keys[0]].shape[-1]
     m = torch.zeros(d, d, dtype=torch.float64)
     for k in keys:
-        m += _cross(view_a[k], view_b[k], balanced)
+        m += _cross(view_a[k], view_b[k], balanced, (rows or {}).get(k))
     return m
 
 
-def _cross(a, b, balanced: bool) -> torch.Tensor:
-    """B_tᵀ·A_t (/ ‖A_t‖·‖B_t‖), float64. Big tensors (embeddings, LM heads) multiply in float32, 5-10× faster
-    than float64 and accurate to ~1e-6 relative: a Procrustes target needs no more."""
+def _cross(a, b, balanced: bool, mask=None) -> torch.Tensor:
+    """B_tᵀ·A_t (/ ‖A_t‖·‖B_t‖), float64, over the rows in `mask` (all by default). Big tensors (embeddings, LM
+    heads) multiply in float32, 5-10× faster than float64 and accurate to ~1e-6 relative: a Procrustes target
+    needs no more."""
     d = a.shape[-1]
+    if mask is not None:
+        a, b = a[mask], b[mask]
     work = torch.float64 if a.numel() <= 1 << 20 else torch.float32
     a, b = a.reshape(-1, d).to(work), b.reshape(-1, d).to(work)
     m = (b.T @ a).double()
@@ -102,16 +106,45 @@ def moved_part(view: dict, keys, elements: dict, arch) -> dict:
     return apply_elements({k: view[k] for k in keys}, elements, arch, strict=False)
 
 
-def streamed_cross(view_a: dict, view_b: dict, elements: dict, arch, keys, balanced: bool) -> torch.Tensor:
-    """residual_cross(A, π(B), keys) computed one chunk at a time."""
-    d = view_a[keys[0]].shape[-1]
-    m, wanted = torch.zeros(d, d, dtype=torch.float64), set(keys)
-    for chunk in layer_chunks(view_b, arch.n_layer):
-        chunk = [k for k in chunk if k in wanted]
-        part = moved_part(view_b, chunk, elements, arch)
-        for k in chunk:
-            m += _cross(view_a[k], part[k], balanced)
-    return m
+class ResidualPass:
+    """One streamed pass over π_inner(B) (layer_chunks) that yields both what the residual fit needs and the weight
+    distance after any orthogonal residual map O, so no second pass over the model is made per iteration:
+    ‖A_t − B′_t·O‖² = ‖A_t‖² + ‖B′_t‖² − 2⟨B′_tᵀ·A_t, O⟩ for a tensor whose residual axis is last, and the rest
+    (head and unit biases) are compared directly."""
+
+    def __init__(self, view_a: dict, view_b: dict, elements: dict, arch, keys, balanced: bool,
+                 rows: dict | None = None):
+        d = view_a[keys[0]].shape[-1]
+        self.fit, self.raw = torch.zeros(d, d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)
+        self.fixed = self.norm_a = 0.0  # Σ ‖A_t‖² + ‖B′_t‖² over residual tensors (+ the rest's distances); Σ ‖A‖²
+        wanted, rows = set(keys), rows or {}
+        for chunk in layer_chunks(view_b, arch.n_layer):
+            part = moved_part(view_b, chunk, elements, arch)
+            for k in chunk:
+                a, b = view_a[k], part[k]
+                na = squared_norm(a)
+                self.norm_a += na
+                if k not in wanted:
+                    self.fixed += squared_norm(a, b)
+                    continue
+                nb = squared_norm(b)
+                raw = _cross(a, b, False)
+                self.raw += raw
+                self.fixed += na + nb
+                if k in rows:
+                    self.fit += _cross(a, b, balanced, rows[k])
+                else:
+                    self.fit += raw / max(math.sqrt(na * nb), 1e-30) if balanced else raw
+
+    def distance(self, res) -> float | None:
+        """Σ‖A − O·π_inner(B)‖² / Σ‖A‖² for the residual element `res`; None if `res` is not orthogonal (then only
+        a pass over the moved model can tell)."""
+        d = self.raw.shape[0]
+        eye = torch.eye(d, dtype=torch.float64)
+        co, contra = res.act(eye, -1, "co"), res.act(eye, -1, "contra")
+        if not (torch.allclose(co, contra, atol=1e-9) and torch.allclose(co @ co.T, eye, atol=1e-9)):
+            return None
+        return max(self.fixed - 2 * float((self.raw * co).sum()), 0.0) / self.norm_a
 
 
 def streamed_distance(view_a: dict, view_b: dict, elements: dict, arch) -> float:
@@ -123,6 +156,17 @@ def streamed_distance(view_a: dict, view_b: dict, elements: dict, arch) -> float
             num += squared_norm(view_a[k], part[k])
             den += squared_norm(view_a[k])
     return num / den
+
+
+def seen_token_rows(data, view: dict) -> dict:
+    """{"embed": mask of the vocabulary rows whose token occurs in `data`'s training split}: an embedding row of
+    a token never seen in training is its initialisation (shrunk by weight decay), noise to a Procrustes fit. The
+    LM head's rows all take part (training pushes every one of them). Empty when there is no such data."""
+    tokens = getattr(data, "tokens", None)
+    if tokens is None or "embed" not in view or "train" not in tokens:
+        return {}
+    seen = torch.bincount(tokens["train"].reshape(-1), minlength=view["embed"].shape[0]) > 0
+    return {"embed": seen[: view["embed"].shape[0]]}
 
 
 def residual_kind(arch, residual: str | None = None) -> str:
@@ -158,6 +202,17 @@ def head_factors(view: dict, i: int):
     return q, k, v, o
 
 
+def score_keys(k: torch.Tensor, centred_stream: bool) -> torch.Tensor:
+    """The part of a bias-augmented key factor [H, k, d+1] that attention scores can see: softmax ignores what
+    is constant along a query's row (Tran et al. 2026's row-centred QK circuit), which is the key bias (q·b_k is
+    the same for every key) and, behind a LayerNorm (`centred_stream`: inputs sum to zero), each key row's mean
+    over the stream."""
+    w = k[..., :-1]
+    if centred_stream:
+        w = w - w.mean(-1, keepdim=True)
+    return torch.cat([w, torch.zeros_like(k[..., -1:])], -1)
+
+
 def circuit_similarity(x_a, y_a, x_b, y_b) -> torch.Tensor:
     """S[h, j] = ⟨X_a,hᵀ·Y_a,h, X_b,jᵀ·Y_b,j⟩ without forming the d×d circuits."""
     gx = torch.einsum("hpd,jqd->hjpq", x_a, x_b)
@@ -190,6 +245,12 @@ def match_heads(fa, fb, qk_kind: str | None = None) -> IndexMap:
     qb, kb, vb, ob = fb
     s = qk_similarity(qk_kind)(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)
     return _assignment(s)
+
+
+def centred_scores(f, centred_stream: bool):
+    """Head factors with the key factor reduced to what scores see (score_keys), for the head similarity."""
+    q, k, v, o = f
+    return q, score_keys(k, centred_stream), v, o
 
 
 class Assignments:
@@ -398,7 +459,29 @@ def match_mlp(view_a, view_b, i) -> IndexMap:
     return _assignment(mlp_similarity(view_a, view_b, i))
 
 
-def mlp_similarity(view_a, view_b, i) -> torch.Tensor:
+UNIT_SIMILARITIES = ("inner", "cosine", "l1")
+
+
+def unit_signatures(view, i) -> torch.Tensor:
+    """[n, 2d+1]: each MLP unit's input row, input bias and output row, normalised to unit length."""
+    p = f"blocks.{i}.mlp."
+    parts = [view[p + "in.w"].float()]
+    if p + "in.b" in view:
+        parts.append(view[p + "in.b"].float()[:, None])
+    parts.append(view[p + "out.w"].float())
+    sig = torch.cat(parts, -1)
+    return sig / sig.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def signature_similarity(view_a, view_b, i, kind_name: str) -> torch.Tensor:
+    """MLP units compared on normalised signatures: by cosine, or by minus their L1 distance (the paper's code)."""
+    sa, sb = unit_signatures(view_a, i), unit_signatures(view_b, i)
+    return sa @ sb.T if kind_name == "cosine" else -torch.cdist(sa, sb, p=1)
+
+
+def mlp_similarity(view_a, view_b, i, kind_name: str = "inner") -> torch.Tensor:
+    if kind_name != "inner":
+        return signature_similarity(view_a, view_b, i, kind_name)
     p = f"blocks.{i}.mlp."
     # float32 products: an assignment needs the ranking of similarities, not their last digits
     s = (view_a[p + "in.w"].float() @ view_b[p + "in.w"].float().T
@@ -441,10 +524,11 @@ def _grouped(t: torch.Tensor, b: int) -> torch.Tensor:
 
 
 def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: str = "auto",
-                residual=None) -> Transform:
+                residual=None, centred_keys: bool = False, unit_similarity: str = "inner") -> Transform:
     """Heads, per-head maps and MLP units, per layer, for the groups the model declares, between A and B moved by
     the residual element `residual` (None: B as it is), one block at a time. `head_similarity`: "auto" (per
-    rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit)."""
+    rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit); `centred_keys`:
+    heads compared on what their scores see (score_keys); `unit_similarity`: UNIT_SIMILARITIES (plain MLPs)."""
     groups, t = arch.groups, Transform()
     chunks = layer_chunks(view_b, arch.n_layer)
     pending: dict[str, list] = {}  # role -> per-layer FactorGrams of invertible maps, fitted after the loop
@@ -453,13 +537,15 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
         rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch)
         fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
         qk_kind = groups["qk"].kind if "qk" in groups and head_similarity == "auto" else None
+        sa, sb = ((centred_scores(fa, arch.norm == "layernorm"), centred_scores(fb, arch.norm == "layernorm"))
+                  if centred_keys else (fa, fb))
         if "heads" in groups:
-            perm = match_heads(fa, fb, qk_kind)
+            perm = match_heads(sa, sb, qk_kind)
             t.elements[group_name("heads", i)] = perm
             fb = tuple(f[perm.src] for f in fb)
         elif "kv_heads" in groups:
             n_kv = groups["kv_heads"].size
-            kv, query = match_grouped_heads(fa, fb, arch.n_head // n_kv, qk_kind)
+            kv, query = match_grouped_heads(sa, sb, arch.n_head // n_kv, qk_kind)
             t.elements[group_name("kv_heads", i)] = kv
             if "query_heads" in groups:
                 t.elements[group_name("query_heads", i)] = query
@@ -480,7 +566,8 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
                 t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float())
         if "mlp" in groups:
             gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
-            units.submit(i, (gated_mlp_similarity if gated else mlp_similarity)(view_a, rotated_b, i))
+            units.submit(i, gated_mlp_similarity(view_a, rotated_b, i) if gated
+                         else mlp_similarity(view_a, rotated_b, i, unit_similarity))
     unit_perms = units.results()
     trim()  # the similarities and costs of every layer are freed by now
     for i, perm in unit_perms.items():
@@ -500,32 +587,40 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
 
 def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True,
-                    head_similarity: str = "auto", tol: float = 1e-6):
+                    head_similarity: str = "auto", tol: float = 1e-6, centred_keys: bool = False,
+                    unit_similarity: str = "inner", rows: dict | None = None):
     """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
     and the head, the variant learned matching starts from (see glmc/matching/learned.py). Stops when an iteration
-    lowers the distance by less than `tol` (relative), or after `iterations`."""
+    lowers the distance by less than `tol` (relative), or after `iterations`. `centred_keys`, `unit_similarity`:
+    match_inner's; `rows`: the rows of residual tensors the residual fits use (residual_cross)."""
     if iterations < 1:
         raise BadOption(f"weight matching needs at least 1 iteration, got {iterations}")
     if head_similarity not in HEAD_SIMILARITIES:
         raise BadOption(f"unknown head similarity {head_similarity!r}; choose from {', '.join(HEAD_SIMILARITIES)}")
+    if unit_similarity not in UNIT_SIMILARITIES:
+        raise BadOption(f"unknown unit similarity {unit_similarity!r}; choose from {', '.join(UNIT_SIMILARITIES)}")
     residual = residual_kind(arch, residual)
     log = [] if log is None else log
     keys_all = residual_keys(view_a, arch.n_layer)
     init = [k for k in keys_all if k in (start_keys(view_a) if balanced else RAW_INIT_KEYS)]
     t0 = time.perf_counter()
-    res = solve_residual(residual_cross(view_a, view_b, init, balanced), residual)
+    res = solve_residual(residual_cross(view_a, view_b, init, balanced, rows), residual)
     best, best_dist = None, view_distance(view_a, view_b)
     log.append({"step": "start", "distance": best_dist})
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
     for it in bar:
         t1 = time.perf_counter()
-        inner = match_inner(view_a, view_b, arch, head_maps, head_similarity, residual=res)
+        inner = match_inner(view_a, view_b, arch, head_maps, head_similarity, residual=res,
+                            centred_keys=centred_keys, unit_similarity=unit_similarity)
         t2 = time.perf_counter()
-        res = solve_residual(streamed_cross(view_a, view_b, inner.elements, arch, keys_all, balanced), residual)
+        fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, balanced, rows)
+        res = solve_residual(fitted.fit, residual)
         t3 = time.perf_counter()
         full = Transform({"residual": res, **inner.elements})
-        dist = streamed_distance(view_a, view_b, full.elements, arch)
+        dist = fitted.distance(res)
+        if dist is None:
+            dist = streamed_distance(view_a, view_b, full.elements, arch)
         log.append({"step": it + 1, "distance": dist, "inner_seconds": t2 - t1, "residual_seconds": t3 - t2})
         bar.set_postfix(distance=f"{dist:.4f}")
         if best is not None and dist >= best_dist - tol * best_dist:
@@ -547,16 +642,21 @@ TOL = 3e-3
 
 def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
-          tol: float = TOL):
+          tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
+          unit_similarity: str = "inner"):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
     compared per rotary plane under RoPE, `rotary_circuit_similarity`) or "circuit" (whole QK circuits); `tol`:
-    stop when an iteration lowers the weight distance by less than this fraction (TOL)."""
+    stop when an iteration lowers the weight distance by less than this fraction (TOL); `seen_tokens`: the
+    residual fits use only the embedding rows of tokens in `data`'s training split (seen_token_rows; no effect
+    without token data); `centred_keys`, `unit_similarity`: match_inner's."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
+    rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress,
-                             head_similarity=head_similarity, tol=tol)
+                             head_similarity=head_similarity, tol=tol, centred_keys=centred_keys,
+                             unit_similarity=unit_similarity, rows=rows)
     report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps, "iterations": log,
               "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None

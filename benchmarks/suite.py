@@ -1,0 +1,345 @@
+"""Many-pair suite: alignment quality on independently trained pairs that differ in what matters.
+
+Sixteen pairs of models (`PAIRS`): GPT-2 decoders of depth 2–6, width 64–256, 2–8 heads of 16–64 dimensions,
+MLP ratio 2–4, GELU and ReLU, tied and untied heads, char / trained-BPE / GPT-2-BPE tokenizers, on Shakespeare
+and on the Python standard library's sources; ViTs on MNIST, Fashion-MNIST and digits, HF and timm, class-token
+and average pooling, patch sizes 2–14; training recipes varying steps, learning rate, weight decay and dropout.
+Each pair is two models trained with `glmc train` from two seeds (cached under --cache; a missing model is
+trained first).
+
+The pairs are split once, by hand, into a **tuning** set (role "tune") and an **evaluation** set ("eval"), each
+covering both families and most of the variations. Protocol (benchmarks/README.md): defaults are chosen on the
+validation split of the tuning pairs only; figures are reported on the test split of the evaluation pairs.
+`--split auto` (the default) does exactly that: tuning pairs are evaluated on "val", evaluation pairs on "test".
+
+Per pair and method: the loss barrier of the linear path (11 points) as a % of the vanilla barrier, the
+alignment's wall time and the peak resident memory of this process during it. Summary per family and role:
+median and worst. Results are cached per pair, method and split under --cache/results (a rerun only computes
+what is missing; --fresh recomputes). Writes suite.md and suite.json under --out.
+
+    python benchmarks/suite.py                                  # everything (trains what is missing)
+    python benchmarks/suite.py --role tune --methods none,weight  # the tuning pairs, validation split
+    python benchmarks/suite.py --list                           # the pairs and their training commands
+Run it alone: two torch processes on 2 cores slow each other 7–12×.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+METHODS = ("none", "activation", "weight", "weight-circuit", "learned")
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    role: str  # "tune" (defaults are chosen on its validation split) or "eval" (reported, test split)
+    train: tuple[str, ...]  # `glmc train` arguments, seed excluded
+    seeds: tuple[int, int]
+    what: str  # what sets this pair apart, for the report
+
+    @property
+    def family(self) -> str:
+        return "gpt2" if self.train[0] == "gpt2" else "vit"
+
+
+def _pair(name, role, what, *train):
+    return Pair(name, role, tuple(str(a) for a in train), (10, 11) if role == "tune" else (0, 1), what)
+
+
+# Budgets keep each model at about a minute on 2 cores; the CPU presets' batch sizes and warmups otherwise.
+PAIRS = [
+    # --- GPT-2, tuning ---
+    _pair("g2-shk-char-L2-w64", "tune", "2 layers, 2 heads of 32, tied, GELU",
+          "gpt2", "--data", "shakespeare", "--layers", 2, "--width", 64, "--heads", 2, "--mlp", 256, "--steps", 500),
+    _pair("g2-shk-gpt2bpe-L2-w128", "tune", "GPT-2 BPE, untied, 2 heads of 64, MLP ×2, context 64",
+          "gpt2", "--data", "shakespeare", "--tokenizer", "gpt2", "--untied", "--context", 64, "--layers", 2,
+          "--width", 128, "--heads", 2, "--mlp", 256, "--batch-size", 16, "--lr", 1e-3, "--steps", 300),
+    _pair("g2-stdlib-bpe-L3-w128-relu", "tune", "code, trained BPE 512, ReLU, dropout 0.1",
+          "gpt2", "--data", "python-stdlib", "--tokenizer", "bpe:512", "--layers", 3, "--width", 128, "--heads", 4,
+          "--mlp", 512, "--activation", "relu", "--dropout", 0.1, "--steps", 300),
+    # --- GPT-2, evaluation ---
+    _pair("g2-shk-char-L4-w128", "eval", "the CPU preset at 300 steps (4 heads of 32, tied)",
+          "gpt2", "--data", "shakespeare", "--steps", 300),
+    _pair("g2-shk-char-L4-w128-untied-relu", "eval", "untied, ReLU, lr 1e-3, weight decay 0.1",
+          "gpt2", "--data", "shakespeare", "--untied", "--activation", "relu", "--lr", 1e-3, "--weight-decay", 0.1,
+          "--steps", 400),
+    _pair("g2-stdlib-bpe-L3-w96-h6", "eval", "code, trained BPE 512, 6 heads of 16, dropout 0.1",
+          "gpt2", "--data", "python-stdlib", "--tokenizer", "bpe:512", "--layers", 3, "--width", 96, "--heads", 6,
+          "--mlp", 384, "--dropout", 0.1, "--steps", 300),
+    _pair("g2-stdlib-char-L6-w64", "eval", "code, char, 6 layers, 4 heads of 16, MLP ×2, lr 3e-3",
+          "gpt2", "--data", "python-stdlib", "--layers", 6, "--width", 64, "--heads", 4, "--mlp", 128, "--lr", 3e-3,
+          "--steps", 400),
+    _pair("g2-shk-bpe-L2-w256-h8", "eval", "trained BPE 1024, width 256, 8 heads of 32, GELU (exact), untied",
+          "gpt2", "--data", "shakespeare", "--tokenizer", "bpe:1024", "--untied", "--activation", "gelu",
+          "--layers", 2, "--width", 256, "--heads", 8, "--mlp", 1024, "--lr", 1e-3, "--steps", 250),
+    # --- ViT, tuning ---
+    _pair("vit-digits-hf-p2-L2-w64", "tune", "digits, patch 2, 4 heads of 16",
+          "vit", "--data", "digits", "--patch", 2, "--layers", 2, "--width", 64, "--heads", 4, "--mlp", 128,
+          "--epochs", 30),
+    _pair("vit-mnist-timm-avg-p7-L4-w96", "tune", "timm, average pooling, 6 heads of 16",
+          "vit", "--data", "mnist", "--family", "timm", "--pool", "avg", "--layers", 4, "--width", 96, "--heads", 6,
+          "--mlp", 192, "--epochs", 1),
+    _pair("vit-fashion-hf-p14-L2-w256", "tune", "Fashion-MNIST, patch 14, width 256, 8 heads of 32, ReLU",
+          "vit", "--data", "fashion-mnist", "--patch", 14, "--layers", 2, "--width", 256, "--heads", 8, "--mlp", 512,
+          "--activation", "relu", "--epochs", 1),
+    # --- ViT, evaluation ---
+    _pair("vit-mnist-hf-p7-L4-w128", "eval", "the CPU preset at 1 epoch",
+          "vit", "--data", "mnist", "--epochs", 1),
+    _pair("vit-fashion-hf-p4-L3-w64-relu", "eval", "Fashion-MNIST, patch 4, 2 heads of 32, ReLU, dropout 0.1",
+          "vit", "--data", "fashion-mnist", "--patch", 4, "--layers", 3, "--width", 64, "--heads", 2, "--mlp", 256,
+          "--activation", "relu", "--dropout", 0.1, "--epochs", 1),
+    _pair("vit-fashion-timm-p7-L6-w128-h8", "eval", "timm, Fashion-MNIST, 6 layers, 8 heads of 16, lr 5e-4",
+          "vit", "--data", "fashion-mnist", "--family", "timm", "--layers", 6, "--width", 128, "--heads", 8,
+          "--mlp", 256, "--lr", 5e-4, "--epochs", 1),
+    _pair("vit-digits-timm-avg-p4-L3-w128", "eval", "timm, digits, average pooling, patch 4, no weight decay",
+          "vit", "--data", "digits", "--family", "timm", "--pool", "avg", "--patch", 4, "--layers", 3,
+          "--width", 128, "--heads", 4, "--mlp", 512, "--weight-decay", 0, "--epochs", 30),
+    _pair("vit-mnist-timm-p14-L2-w64-h2", "eval", "timm, patch 14, 2 heads of 32, ReLU",
+          "vit", "--data", "mnist", "--family", "timm", "--patch", 14, "--layers", 2, "--width", 64, "--heads", 2,
+          "--mlp", 256, "--activation", "relu", "--epochs", 1),
+]
+
+
+def train_command(pair: Pair, seed: int, out: Path) -> list[str]:
+    glmc = str(Path(sys.executable).with_name("glmc"))
+    return [glmc, "train", *pair.train, "--seed", str(seed), "--out", str(out), "--quiet"]
+
+
+def train_pair(pair: Pair, cache: Path) -> list[Path]:
+    paths = []
+    for seed in pair.seeds:
+        out = cache / "models" / f"{pair.name}-seed{seed}"
+        if not (out / "glmc.json").is_file():
+            cmd = train_command(pair, seed, out)
+            print("+", " ".join(cmd[1:]), flush=True)
+            subprocess.run(cmd + ["--overwrite"], check=True)
+        paths.append(out)
+    return paths
+
+
+class PeakRSS:
+    """Peak resident memory of this process while the block runs (sampled every 10 ms; Linux /proc)."""
+
+    def __enter__(self):
+        self.peak, self._stop = rss_mb(), threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def rss_mb() -> float:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        return float("nan")
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def split_of(pair: Pair, split: str) -> str:
+    return ("val" if pair.role == "tune" else "test") if split == "auto" else split
+
+
+def run_method(pair: Pair, method: str, split: str, models, ds, batches, options: dict) -> dict:
+    import torch
+
+    from glmc.matching import align, method_options
+    from glmc.paths.barrier import barrier_metrics, path_curve
+
+    name, mode = (method.split("-")[0], "circuit") if method.endswith("-circuit") else (method, "native")
+    torch.manual_seed(0)
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        al = align(*models, name, **method_options(name, dict(data=ds, progress=False, mode=mode, **options)))
+        seconds = time.perf_counter() - t0
+    ends = [al.model_a, al.model_b]
+    if mode == "circuit":
+        from glmc.view.circuit import circuit_model
+
+        ends = [circuit_model(e) for e in ends]
+    curve = path_curve(ends, batches, ds.task, 11, progress=False)
+    m = barrier_metrics(curve)
+    rep = al.report
+    return {"pair": pair.name, "family": pair.family, "role": pair.role, "split": split, "method": method,
+            "barrier": m["loss_barrier"], "loss_endpoints": m["loss_endpoints"], "acc_drop": m.get("acc_drop"),
+            "align_s": seconds, "peak_rss_mb": mem.peak, "steps": rep.get("steps"),
+            "seconds_per_step": rep.get("seconds_per_step"),
+            "max_dlogits": rep.get("max_dlogits_b"), "options": options, "commit": _commit()}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        return ""
+
+
+def run_pair(pair: Pair, methods, split: str, cache: Path, max_batches: int, fresh: bool, options: dict,
+             tag: str) -> list[dict]:
+    import glmc.data
+    from glmc.models import load_model
+
+    split = split_of(pair, split)
+    paths = train_pair(pair, cache)
+    store = cache / "results" / pair.name
+    store.mkdir(parents=True, exist_ok=True)
+    rows, loaded = [], None
+    for method in methods:
+        f = store / f"{method}{'-' + tag if tag else ''}-{split}.json"
+        if f.is_file() and not fresh:
+            rows.append(json.loads(f.read_text()))
+            continue
+        if loaded is None:
+            models = [load_model(p)[0] for p in paths]
+            ds = glmc.data.load_for_model(paths[0])
+            batches = list(ds.batches(split, 32, max_batches=max_batches, shuffle=False))
+            loaded = models, ds, batches
+        row = run_method(pair, method, split, *loaded, options if method != "none" else {})
+        row["tag"] = tag
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(row, indent=1))
+        tmp.replace(f)
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                          if k not in ("commit", "options")}), flush=True)
+        rows.append(row)
+    vanilla = next((r["barrier"] for r in rows if r["method"] == "none"), None)
+    for r in rows:
+        r["pct_of_vanilla"] = 100 * r["barrier"] / vanilla if vanilla else None
+    return rows
+
+
+def summarise(rows: list[dict], methods) -> list[dict]:
+    """Median and worst % of vanilla per family, role and method."""
+    out = []
+    for family in ("gpt2", "vit"):
+        for role in ("tune", "eval"):
+            for method in methods:
+                pcts = [r["pct_of_vanilla"] for r in rows if (r["family"], r["role"], r["method"]) ==
+                        (family, role, method) and r["pct_of_vanilla"] is not None]
+                if pcts and method != "none":
+                    secs = [r["align_s"] for r in rows if (r["family"], r["role"], r["method"]) ==
+                            (family, role, method)]
+                    out.append({"family": family, "role": role, "method": method, "pairs": len(pcts),
+                                "median_pct": statistics.median(pcts), "worst_pct": max(pcts),
+                                "median_align_s": statistics.median(secs)})
+    return out
+
+
+def write(rows, summary, methods, out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    by_pair: dict[str, dict] = {}
+    for r in rows:
+        by_pair.setdefault(r["pair"], {})[r["method"]] = r
+    md = ["| family | role | median % of vanilla (worst) | " + " | ".join(m for m in methods if m != "none") + " |",
+          "|---|---|---|" + "---|" * (len(methods) - 1)]
+    for family in ("gpt2", "vit"):
+        for role in ("tune", "eval"):
+            cells = []
+            for m in methods:
+                if m == "none":
+                    continue
+                s = next((s for s in summary if (s["family"], s["role"], s["method"]) == (family, role, m)), None)
+                cells.append(f"{s['median_pct']:.1f} ({s['worst_pct']:.1f})" if s else "–")
+            if any(c != "–" for c in cells):
+                split = "val" if role == "tune" else "test"
+                md.append(f"| {family} | {role} ({split}) | | " + " | ".join(cells) + " |")
+    md += ["", "| pair | role | split | vanilla barrier | " +
+           " | ".join(f"{m} % (s)" for m in methods if m != "none") + " | peak RSS MB |",
+           "|---|---|---|---|" + "---|" * len(methods)]
+    for pair in PAIRS:
+        got = by_pair.get(pair.name)
+        if not got:
+            continue
+        first = next(iter(got.values()))
+        vanilla = got.get("none", {}).get("barrier")
+        cells = [f"{got[m]['pct_of_vanilla']:.1f} ({got[m]['align_s']:.0f})" if m in got and
+                 got[m]["pct_of_vanilla"] is not None else "–" for m in methods if m != "none"]
+        peak = max(r["peak_rss_mb"] for r in got.values())
+        van = "–" if vanilla is None else f"{vanilla:.3f}"
+        md.append(f"| {pair.name} | {pair.role} | {first['split']} | {van} | " + " | ".join(cells) + f" | {peak:.0f} |")
+    (out / f"{name}.md").write_text("\n".join(md) + "\n")
+    (out / f"{name}.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))
+    print("\n".join(md))
+
+
+def list_pairs() -> None:
+    print("| pair | role | seeds | what | glmc train … |\n|---|---|---|---|---|")
+    for p in PAIRS:
+        print(f"| {p.name} | {p.role} | {p.seeds[0]} / {p.seeds[1]} | {p.what} | `{' '.join(p.train)}` |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", default="", help="comma-separated pair names (default: all of --role)")
+    ap.add_argument("--role", choices=["tune", "eval", "all"], default="all")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--split", choices=["auto", "val", "test"], default="auto",
+                    help="auto: tuning pairs on val, evaluation pairs on test (the protocol)")
+    ap.add_argument("--max-batches", type=int, default=20, help="batches of 32 per λ point")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an alignment option for every method that takes it (e.g. lr=0.01); use with --tag")
+    ap.add_argument("--tag", default="", help="name of this option set: its results are cached apart")
+    ap.add_argument("--cache", type=Path, default=Path("runs/suite"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--name", default="suite", help="report name under --out")
+    ap.add_argument("--fresh", action="store_true", help="recompute cached results")
+    ap.add_argument("--train-only", action="store_true", help="train the missing models and stop")
+    ap.add_argument("--list", action="store_true", help="print the pairs and stop")
+    args = ap.parse_args(argv)
+    if args.list:
+        return list_pairs()
+    if args.option and not args.tag:
+        ap.error("--option needs a --tag, so its results are not mistaken for the defaults'")
+    options = {k: _value(v) for k, v in (o.split("=", 1) for o in args.option)}
+    names = [n for n in args.pairs.split(",") if n]
+    unknown = set(names) - {p.name for p in PAIRS}
+    if unknown:
+        ap.error(f"unknown pair(s) {', '.join(sorted(unknown))}; see --list")
+    pairs = [p for p in PAIRS if (p.name in names if names else args.role in ("all", p.role))]
+    methods = args.methods.split(",")
+    if set(methods) - set(METHODS):
+        ap.error(f"unknown method(s) {', '.join(sorted(set(methods) - set(METHODS)))}; choose from {METHODS}")
+    if "none" not in methods:
+        methods = ["none"] + methods  # the vanilla barrier every % is of
+    if args.train_only:
+        for p in pairs:
+            train_pair(p, args.cache)
+        return None
+    rows = []
+    for p in pairs:
+        rows += run_pair(p, methods, args.split, args.cache, args.max_batches, args.fresh, options, args.tag)
+    write(rows, summarise(rows, methods), methods, args.out, args.name)
+    return None
+
+
+def _value(v: str):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+if __name__ == "__main__":
+    sys.exit(main())

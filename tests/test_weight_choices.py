@@ -1,0 +1,70 @@
+"""The weight-matching choices (issue #15): each keeps the planted-symmetry recovery exact, and each computes
+what it claims."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import tiny_gpt2
+from glmc.adapters import adapter_for
+from glmc.matching import align
+from glmc.matching.weight import score_keys, seen_token_rows, signature_similarity, unit_signatures
+from glmc.symmetry.random import random_full_transform
+from glmc.view.model_ops import transform_model
+
+
+def test_score_keys_leave_every_attention_pattern_unchanged():
+    gen = torch.Generator().manual_seed(0)
+    h, k, d, t = 3, 4, 8, 5
+    q, key = torch.randn(h, k, d + 1, generator=gen, dtype=torch.float64), torch.randn(h, k, d + 1, generator=gen,
+                                                                                        dtype=torch.float64)
+    x = torch.randn(t, d, generator=gen, dtype=torch.float64)
+    x = x - x.mean(-1, keepdim=True)  # behind a LayerNorm the stream sums to zero
+    xh = torch.cat([x, torch.ones(t, 1, dtype=torch.float64)], -1)
+
+    def pattern(kf):
+        return torch.softmax(torch.einsum("td,hkd,hke,se->hts", xh, q, kf, xh), -1)
+
+    reduced = score_keys(key, centred_stream=True)
+    assert torch.allclose(pattern(key), pattern(reduced), atol=1e-12)
+    assert reduced[..., -1].abs().max() == 0 and reduced[..., :-1].sum(-1).abs().max() < 1e-12
+    assert not torch.allclose(pattern(key), pattern(torch.randn_like(key)))  # the check can fail
+
+
+def test_seen_token_rows_mark_exactly_the_training_tokens():
+    view = {"embed": torch.zeros(10, 4)}
+    data = SimpleNamespace(tokens={"train": torch.tensor([[1, 3], [3, 7]])})
+    assert seen_token_rows(data, view)["embed"].nonzero().flatten().tolist() == [1, 3, 7]
+    assert seen_token_rows(SimpleNamespace(), view) == {}  # image data: no token rows
+
+
+def test_signature_similarities_rank_a_unit_first_against_its_own_copy():
+    gen = torch.Generator().manual_seed(1)
+    view = {"blocks.0.mlp.in.w": torch.randn(6, 4, generator=gen), "blocks.0.mlp.in.b": torch.randn(6, generator=gen),
+            "blocks.0.mlp.out.w": torch.randn(6, 4, generator=gen)}
+    perm = torch.randperm(6, generator=gen)
+    moved = {k: v[perm] * 2.0 for k, v in view.items()}  # a uniform scale: signatures are normalised
+    assert torch.allclose(unit_signatures(view, 0).norm(dim=-1), torch.ones(6))
+    for kind_name in ("cosine", "l1"):
+        s = signature_similarity(view, moved, 0, kind_name)
+        assert s.argmax(1).tolist() == perm.argsort().tolist()
+
+
+@pytest.mark.parametrize("options", [dict(centred_keys=True), dict(unit_similarity="cosine"),
+                                     dict(unit_similarity="l1"), dict(seen_tokens=True)], ids=str)
+def test_every_choice_still_recovers_a_planted_symmetry(options):
+    torch.manual_seed(0)
+    model = tiny_gpt2(n_layer=2).eval()
+    gen = torch.Generator().manual_seed(3)
+    moved = transform_model(model, random_full_transform(adapter_for(model).arch(model), gen))
+    data = SimpleNamespace(tokens={"train": torch.arange(0, model.config.vocab_size, 2)})  # half the vocabulary
+    al = align(model, moved, "weight", iterations=5, progress=False, data=data, **options)
+    assert al.report["distance_before"] > 0.1
+    assert al.report["distance_after"] < 1e-8, al.report["iterations"]
+
+
+def test_an_unknown_unit_similarity_is_refused_by_name():
+    model = tiny_gpt2(n_layer=1).eval()
+    with pytest.raises(Exception, match="unit similarity"):
+        align(model, model, "weight", progress=False, unit_similarity="dot")
