@@ -205,7 +205,8 @@ def run_pair(pair: Pair, methods, split: str, cache: Path, max_batches: int, fre
     store.mkdir(parents=True, exist_ok=True)
     rows, loaded = [], None
     for method in methods:
-        f = store / f"{method}{'-' + tag if tag else ''}-{split}.json"
+        tagged = tag and method != "none"  # the vanilla barrier takes no option: one file serves every tag
+        f = store / f"{method}{'-' + tag if tagged else ''}-{split}.json"
         if f.is_file() and not fresh:
             rows.append(json.loads(f.read_text()))
             continue
@@ -215,7 +216,7 @@ def run_pair(pair: Pair, methods, split: str, cache: Path, max_batches: int, fre
             batches = list(ds.batches(split, 32, max_batches=max_batches, shuffle=False))
             loaded = models, ds, batches
         row = run_method(pair, method, split, *loaded, options if method != "none" else {})
-        row["tag"] = tag
+        row["tag"] = tag if tagged else ""
         tmp = f.with_suffix(".tmp")
         tmp.write_text(json.dumps(row, indent=1))
         tmp.replace(f)

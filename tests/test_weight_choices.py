@@ -52,7 +52,8 @@ def test_signature_similarities_rank_a_unit_first_against_its_own_copy():
 
 
 @pytest.mark.parametrize("options", [dict(centred_keys=True), dict(unit_similarity="cosine"),
-                                     dict(unit_similarity="l1"), dict(seen_tokens=True)], ids=str)
+                                     dict(unit_similarity="l1"), dict(seen_tokens=True), dict(weighting="rows"),
+                                     dict(weighting="none")], ids=str)
 def test_every_choice_still_recovers_a_planted_symmetry(options):
     torch.manual_seed(0)
     model = tiny_gpt2(n_layer=2).eval()

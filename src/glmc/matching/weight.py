@@ -94,9 +94,16 @@ def _cross(a, b, balanced: bool, mask=None) -> torch.Tensor:
     work = torch.float64 if a.numel() <= 1 << 20 else torch.float32
     a, b = a.reshape(-1, d).to(work), b.reshape(-1, d).to(work)
     m = (b.T @ a).double()
-    if balanced:
-        m /= max(math.sqrt(squared_norm(a) * squared_norm(b)), 1e-30)
-    return m
+    return m * _weight(balanced, squared_norm(a) if balanced is True else 0.0,
+                       squared_norm(b) if balanced is True else 0.0, a.shape[0])
+
+
+def _weight(balanced, na: float, nb: float, rows: int) -> float:
+    """A residual tensor's weight in the Procrustes fit: `balanced` True ("norms"): 1/(‖A_t‖·‖B_t‖); False: 1
+    (the unweighted sum); "rows": 1/rows (the paper's code divides each block's rows by √rows)."""
+    if balanced == "rows":
+        return 1.0 / max(rows, 1)
+    return 1.0 / max(math.sqrt(na * nb), 1e-30) if balanced else 1.0
 
 
 def moved_part(view: dict, keys, elements: dict, arch) -> dict:
@@ -134,7 +141,7 @@ class ResidualPass:
                 if k in rows:
                     self.fit += _cross(a, b, balanced, rows[k])
                 else:
-                    self.fit += raw / max(math.sqrt(na * nb), 1e-30) if balanced else raw
+                    self.fit += raw * _weight(balanced, na, nb, a.reshape(-1, a.shape[-1]).shape[0])
 
     def distance(self, res) -> float | None:
         """Σ‖A − O·π_inner(B)‖² / Σ‖A‖² for the residual element `res`; None if `res` is not orthogonal (then only
@@ -640,10 +647,18 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
 TOL = 3e-3
 
 
+def _balanced(weighting: str):
+    """The residual weighting of `align`'s `weighting` ("norms", "rows" or "none") as weight_matching's `balanced`."""
+    choices = {"norms": True, "none": False, "rows": "rows"}
+    if weighting not in choices:
+        raise BadOption(f"unknown residual weighting {weighting!r}; choose from {', '.join(choices)}")
+    return choices[weighting]
+
+
 def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
           tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
-          unit_similarity: str = "inner"):
+          unit_similarity: str = "inner", weighting: str = "norms"):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
@@ -656,7 +671,7 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress,
                              head_similarity=head_similarity, tol=tol, centred_keys=centred_keys,
-                             unit_similarity=unit_similarity, rows=rows)
+                             unit_similarity=unit_similarity, rows=rows, balanced=_balanced(weighting))
     report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps, "iterations": log,
               "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None
