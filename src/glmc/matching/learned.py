@@ -327,8 +327,10 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     kinds = {"residual": "permutation"} if permutations_only else None
     init, wm_log = weight_matching(view_a, view_b, arch, iterations, "permutation" if permutations_only else None,
                                    head_maps=not permutations_only and mode == "native", progress=progress,
-                                   # the unweighted fit: from the balanced one's solution, 300 steps ended at
-                                   # 6.0 % of the vanilla GPT-2 barrier instead of 4.4 % (benchmarks/barriers.py)
+                                   # the unweighted fit. Chosen on a test-split figure (benchmarks/barriers.py's
+                                   # GPT-2 pair: 300 steps from the balanced fit ended at 6.0 % of vanilla, from
+                                   # this one at 4.4 %), before the tuning protocol; not yet re-checked on the
+                                   # tuning pairs of benchmarks/suite.py
                                    balanced=False)
     template = adapter.from_canonical(view_a, model_a)
     probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None
