@@ -251,8 +251,9 @@ def write(rows, summary, methods, out: Path, name: str) -> None:
     by_pair: dict[str, dict] = {}
     for r in rows:
         by_pair.setdefault(r["pair"], {})[r["method"]] = r
-    md = ["| family | role | median % of vanilla (worst) | " + " | ".join(m for m in methods if m != "none") + " |",
-          "|---|---|---|" + "---|" * (len(methods) - 1)]
+    md = ["Median % of the vanilla barrier (worst pair in brackets):", "",
+          "| family | pairs (split) | " + " | ".join(m for m in methods if m != "none") + " |",
+          "|---|---|" + "---|" * (len(methods) - 1)]
     for family in ("gpt2", "vit"):
         for role in ("tune", "eval"):
             cells = []
@@ -263,7 +264,7 @@ def write(rows, summary, methods, out: Path, name: str) -> None:
                 cells.append(f"{s['median_pct']:.1f} ({s['worst_pct']:.1f})" if s else "–")
             if any(c != "–" for c in cells):
                 split = "val" if role == "tune" else "test"
-                md.append(f"| {family} | {role} ({split}) | | " + " | ".join(cells) + " |")
+                md.append(f"| {family} | {role} ({split}) | " + " | ".join(cells) + " |")
     md += ["", "| pair | role | split | vanilla barrier | " +
            " | ".join(f"{m} % (s)" for m in methods if m != "none") + " | peak RSS MB |",
            "|---|---|---|---|" + "---|" * len(methods)]
