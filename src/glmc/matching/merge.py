@@ -11,7 +11,8 @@ protocol of benchmarks/README.md; not yet re-checked on validation data): λ ~ D
 simplex; Dirichlet(0.1) puts most draws next to a vertex, where the loss does not depend on the transforms, so
 most steps carry no gradient), lr 1e-2, and the best state chosen on the worst of the centre and the edge
 midpoints (the grid barrier usually sits on the edge between two moved models). benchmarks/many_models.py
-measures the default against Dirichlet(0.1) (benchmarks/results/many_models-simplex.md); `concentration=0.1, lr=3e-4` with more steps is the paper's setting.
+measures the default against Dirichlet(0.1) (benchmarks/results/many_models-simplex.md); `concentration=0.1,
+lr=3e-4` with more steps is the paper's setting.
 """
 
 from __future__ import annotations
