@@ -85,6 +85,17 @@ def test_cli_train_vit_timm_and_summary(tmp_path):
     assert again.exit_code != 0 and "--overwrite" in again.output
 
 
+def test_cli_train_vit_average_pooling_is_timm_only(tmp_path):
+    args = ["train", "vit", "--data", "digits", "--steps", "2", "--layers", "1", "--width", "32", "--heads", "2",
+            "--mlp", "64", "--batch-size", "16", "--pool", "avg", "--quiet"]
+    refused = CliRunner().invoke(main, args + ["--out", str(tmp_path / "hf")])
+    assert refused.exit_code != 0 and "--family timm" in refused.output and "Traceback" not in refused.output
+    result = CliRunner().invoke(main, args + ["--family", "timm", "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    kwargs = json.loads((tmp_path / "t" / "timm_config.json").read_text())["kwargs"]
+    assert kwargs["global_pool"] == "avg"
+
+
 def test_minutes_budget_stops_on_time_and_keeps_the_best_weights():
     ds = D.load("digits")
     seed_everything(0)

@@ -79,14 +79,19 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
         method: "weight" (data-free weight matching), "activation" (correlation of activations), "learned"
             (the paper's Algorithm 1, started from weight matching), "learned-perm" (permutations only, the
             Git Re-Basin straight-through baseline) or "none" (the raw pair).
-        data: what activation and learned matching train on: a spec ("shakespeare", "mnist", …), a DataLoader
-            or any iterable of batches (token tensors, or (images, labels) pairs), or a dict of them per split;
+        data: what activation and learned matching train on (weight matching reads it only with seen_tokens):
+            a spec ("shakespeare", "mnist", …), a DataLoader or any iterable of batches (token tensors, or
+            (images, labels) pairs), or a dict of them per split;
             None: the data recorded beside model A (see glmc/api/data.py).
         **options: the method's own, keyword only (an unknown one raises TypeError listing the valid ones):
             weight: iterations=15 (at most), tol=3e-3 (stop when an iteration lowers the weight distance by
                 less than this fraction), residual=None ("permutation": the residual permutation subgroup),
                 head_maps=True, head_similarity="auto" (heads compared per rotary plane under RoPE; "circuit": whole
-                QK circuits), mode="native", progress=True
+                QK circuits), mode="native", progress=True; candidates measured in benchmarks/README.md (off
+                by default): seen_tokens=False (the embedding's part of the residual fit uses only tokens in
+                the training split of `data`), centred_keys=False (heads compared on what attention scores
+                see), unit_similarity="inner" ("cosine", "l1": normalised unit signatures), weighting="norms"
+                (residual fit weights: "rows", "none")
             activation: batches=32, batch_size=32, progress=True
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
                 lr=1e-3, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
@@ -109,7 +114,10 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
     func = _method_function(method)
-    if func is not None and "data" in _parameters(func):
+    if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
+        if options.get("seen_tokens"):
+            options["data"] = resolve_data(data, model_a, required="weight matching with seen_tokens=True")
+    elif func is not None and "data" in _parameters(func):
         options["data"] = resolve_data(data, model_a, required=f"{method} matching")
     al = match(model_a, model_b, method, **options)
     _inherit(al.model_a, model_a)

@@ -104,8 +104,8 @@ def vit(data, family, patch, augment, activation, pool, **opts):
 
     adapter = adapter_named(VIT_FAMILIES[family])
     if pool == "avg" and "pool" not in adapter.model_options:
-        raise click.BadParameter("HF ViTForImageClassification reads the class token; use --family timm for "
-                                 "average pooling", param_hint="--pool")
+        raise click.BadParameter(f"--family {family} pools the class token only; use --family timm for average "
+                                 "pooling", param_hint="--pool")
     p = _merge(adapter.presets, opts, patch=patch, activation=activation,
                pool={"cls": "token", "avg": "avg"}.get(pool) if "pool" in adapter.model_options else None)
     spec = {"source": data, **({"augment": augment} if augment else {})}
