@@ -71,6 +71,20 @@ def train_step_seconds(model, ds, batch_size: int = 32, repeats: int = 5) -> flo
     return sorted(times[1:])[len(times[1:]) // 2]  # median, first (warm-up) step dropped
 
 
+def aligned_barrier(al, mode: str, batches, task: str, points: int = 11):
+    """(curve, barrier metrics, the endpoints interpolated) of the straight path between an alignment's two
+    endpoints, in circuit form for mode "circuit" (the paper's parametrisation)."""
+    from glmc.paths.barrier import barrier_metrics, path_curve
+
+    ends = [al.model_a, al.model_b]
+    if mode == "circuit":
+        from glmc.view.circuit import circuit_model
+
+        ends = [circuit_model(e) for e in ends]
+    curve = path_curve(ends, batches, task, points, progress=False)
+    return curve, barrier_metrics(curve), ends
+
+
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -95,7 +109,6 @@ def main(argv=None):
     import glmc.data
     from glmc.matching import align, method_options
     from glmc.models import load_model
-    from glmc.paths.barrier import barrier_metrics, path_curve
 
     rows, results = [], {}
     for task in args.tasks.split(","):
@@ -116,13 +129,7 @@ def main(argv=None):
             al = align(a, b, method, **method_options(method, dict(data=ds, progress=False, steps=args.learned_steps,
                                                                    mode=mode, **extra)))
             seconds = time.perf_counter() - t0
-            ends = [al.model_a, al.model_b]
-            if mode == "circuit":
-                from glmc.view.circuit import circuit_model
-
-                ends = [circuit_model(e) for e in ends]
-            curve = path_curve(ends, batches, ds.task, 11, progress=False)
-            m = barrier_metrics(curve)
+            curve, m, ends = aligned_barrier(al, mode, batches, ds.task)
             vanilla = m["loss_barrier"] if method == "none" else vanilla
             rep = al.report
             label = method if lr is None else f"{method} (lr {lr:g})"

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from barriers import aligned_barrier  # noqa: E402  (benchmarks/ is the script's directory)
+
 METHODS = ("none", "activation", "weight", "weight-circuit", "learned")
 
 
@@ -163,7 +165,6 @@ def run_method(pair: Pair, method: str, split: str, models, ds, batches, options
     import torch
 
     from glmc.matching import align, method_options
-    from glmc.paths.barrier import barrier_metrics, path_curve
 
     name, mode = (method.split("-")[0], "circuit") if method.endswith("-circuit") else (method, "native")
     torch.manual_seed(0)
@@ -171,13 +172,7 @@ def run_method(pair: Pair, method: str, split: str, models, ds, batches, options
         t0 = time.perf_counter()
         al = align(*models, name, **method_options(name, dict(data=ds, progress=False, mode=mode, **options)))
         seconds = time.perf_counter() - t0
-    ends = [al.model_a, al.model_b]
-    if mode == "circuit":
-        from glmc.view.circuit import circuit_model
-
-        ends = [circuit_model(e) for e in ends]
-    curve = path_curve(ends, batches, ds.task, 11, progress=False)
-    m = barrier_metrics(curve)
+    _, m, _ = aligned_barrier(al, mode, batches, ds.task)
     rep = al.report
     return {"pair": pair.name, "family": pair.family, "role": pair.role, "split": split, "method": method,
             "barrier": m["loss_barrier"], "loss_endpoints": m["loss_endpoints"], "acc_drop": m.get("acc_drop"),
