@@ -76,19 +76,19 @@ def start_keys(view) -> tuple:
 
 # --- step 1: residual -----------------------------------------------------------------------------------------
 
-def residual_cross(view_a: dict, view_b: dict, keys, balanced: bool = True, rows: dict | None = None) -> torch.Tensor:
-    """M = Σ_t B_tᵀ·A_t / (‖A_t‖·‖B_t‖) (d×d) over the given residual-touching tensors (unweighted Σ B_tᵀ·A_t
-    when not `balanced`). `rows`: key -> boolean mask of the rows that take part (e.g. the tokens seen in
-    training, `seen_token_rows`)."""
+def residual_cross(view_a: dict, view_b: dict, keys, weighting: str = "norms",
+                   rows: dict | None = None) -> torch.Tensor:
+    """M = Σ_t w_t·B_tᵀ·A_t (d×d) over the given residual-touching tensors, w_t from `weighting` (_weight).
+    `rows`: key -> boolean mask of the rows that take part (e.g. the tokens seen in training, `seen_token_rows`)."""
     d = view_a[keys[0]].shape[-1]
     m = torch.zeros(d, d, dtype=torch.float64)
     for k in keys:
-        m += _cross(view_a[k], view_b[k], balanced, (rows or {}).get(k))
+        m += _cross(view_a[k], view_b[k], weighting, (rows or {}).get(k))
     return m
 
 
-def _cross(a, b, balanced: bool, mask=None) -> torch.Tensor:
-    """B_tᵀ·A_t (/ ‖A_t‖·‖B_t‖), float64, over the rows in `mask` (all by default). Big tensors (embeddings, LM
+def _cross(a, b, weighting: str, mask=None) -> torch.Tensor:
+    """w_t·B_tᵀ·A_t (_weight), float64, over the rows in `mask` (all by default). Big tensors (embeddings, LM
     heads) multiply in float32, 5-10× faster than float64 and accurate to ~1e-6 relative: a Procrustes target
     needs no more."""
     d = a.shape[-1]
@@ -97,16 +97,20 @@ def _cross(a, b, balanced: bool, mask=None) -> torch.Tensor:
     work = torch.float64 if a.numel() <= 1 << 20 else torch.float32
     a, b = a.reshape(-1, d).to(work), b.reshape(-1, d).to(work)
     m = (b.T @ a).double()
-    return m * _weight(balanced, squared_norm(a) if balanced is True else 0.0,
-                       squared_norm(b) if balanced is True else 0.0, a.shape[0])
+    norms = weighting == "norms"
+    return m * _weight(weighting, squared_norm(a) if norms else 0.0, squared_norm(b) if norms else 0.0, a.shape[0])
 
 
-def _weight(balanced, na: float, nb: float, rows: int) -> float:
-    """A residual tensor's weight in the Procrustes fit: `balanced` True ("norms"): 1/(‖A_t‖·‖B_t‖); False: 1
-    (the unweighted sum); "rows": 1/rows (the paper's code divides each block's rows by √rows)."""
-    if balanced == "rows":
+WEIGHTINGS = ("norms", "none", "rows")
+
+
+def _weight(weighting: str, na: float, nb: float, rows: int) -> float:
+    """A residual tensor's weight in the Procrustes fit (WEIGHTINGS): "norms" 1/(‖A_t‖·‖B_t‖), so every tensor
+    weighs the same whatever its scale; "none" 1 (the plain sum); "rows" 1/rows (the paper's code divides each
+    block's rows by √rows)."""
+    if weighting == "rows":
         return 1.0 / max(rows, 1)
-    return 1.0 / max(math.sqrt(na * nb), 1e-30) if balanced else 1.0
+    return 1.0 / max(math.sqrt(na * nb), 1e-30) if weighting == "norms" else 1.0
 
 
 def moved_part(view: dict, keys, elements: dict, arch) -> dict:
@@ -122,7 +126,7 @@ class ResidualPass:
     ‖A_t − B′_t·O‖² = ‖A_t‖² + ‖B′_t‖² − 2⟨B′_tᵀ·A_t, O⟩ for a tensor whose residual axis is last, and the rest
     (head and unit biases) are compared directly."""
 
-    def __init__(self, view_a: dict, view_b: dict, elements: dict, arch, keys, balanced: bool,
+    def __init__(self, view_a: dict, view_b: dict, elements: dict, arch, keys, weighting: str,
                  rows: dict | None = None):
         d = view_a[keys[0]].shape[-1]
         self.fit, self.raw = torch.zeros(d, d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)
@@ -142,9 +146,9 @@ class ResidualPass:
                 self.raw += raw
                 self.fixed += na + nb
                 if k in rows:
-                    self.fit += _cross(a, b, balanced, rows[k])
+                    self.fit += _cross(a, b, weighting, rows[k])
                 else:
-                    self.fit += raw * _weight(balanced, na, nb, a.reshape(-1, a.shape[-1]).shape[0])
+                    self.fit += raw * _weight(weighting, na, nb, a.reshape(-1, a.shape[-1]).shape[0])
 
     def distance(self, res) -> float | None:
         """Σ‖A − O·π_inner(B)‖² / Σ‖A‖² for the residual element `res`; None if `res` is not orthogonal (then only
@@ -598,24 +602,28 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
 def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True,
                     head_similarity: str = "auto", tol: float = 1e-6, centred_keys: bool = False,
-                    unit_similarity: str = "inner", rows: dict | None = None):
+                    unit_similarity: str = "inner", rows: dict | None = None, weighting: str | None = None):
     """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
     and the head, the variant learned matching starts from (see glmc/matching/learned.py). Stops when an iteration
     lowers the distance by less than `tol` (relative), or after `iterations`. `centred_keys`, `unit_similarity`:
-    match_inner's; `rows`: the rows of residual tensors the residual fits use (residual_cross)."""
+    match_inner's; `rows`: the rows of residual tensors the residual fits use (residual_cross); `weighting`:
+    the residual fit's tensor weights (WEIGHTINGS; default "norms", or "none" when not `balanced`)."""
     if iterations < 1:
         raise BadOption(f"weight matching needs at least 1 iteration, got {iterations}")
     if head_similarity not in HEAD_SIMILARITIES:
         raise BadOption(f"unknown head similarity {head_similarity!r}; choose from {', '.join(HEAD_SIMILARITIES)}")
     if unit_similarity not in UNIT_SIMILARITIES:
         raise BadOption(f"unknown unit similarity {unit_similarity!r}; choose from {', '.join(UNIT_SIMILARITIES)}")
+    weighting = weighting or ("norms" if balanced else "none")
+    if weighting not in WEIGHTINGS:
+        raise BadOption(f"unknown residual weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
     residual = residual_kind(arch, residual)
     log = [] if log is None else log
     keys_all = residual_keys(view_a, arch.n_layer)
-    init = [k for k in keys_all if k in (start_keys(view_a) if balanced else RAW_INIT_KEYS)]
+    init = [k for k in keys_all if k in (start_keys(view_a) if weighting != "none" else RAW_INIT_KEYS)]
     t0 = time.perf_counter()
-    res = solve_residual(residual_cross(view_a, view_b, init, balanced, rows), residual)
+    res = solve_residual(residual_cross(view_a, view_b, init, weighting, rows), residual)
     best, best_dist = None, view_distance(view_a, view_b)
     log.append({"step": "start", "distance": best_dist})
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
@@ -624,7 +632,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
         inner = match_inner(view_a, view_b, arch, head_maps, head_similarity, residual=res,
                             centred_keys=centred_keys, unit_similarity=unit_similarity)
         t2 = time.perf_counter()
-        fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, balanced, rows)
+        fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, weighting, rows)
         res = solve_residual(fitted.fit, residual)
         t3 = time.perf_counter()
         full = Transform({"residual": res, **inner.elements})
@@ -650,14 +658,6 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
 TOL = 3e-3
 
 
-def _balanced(weighting: str):
-    """The residual weighting of `align`'s `weighting` ("norms", "rows" or "none") as weight_matching's `balanced`."""
-    choices = {"norms": True, "none": False, "rows": "rows"}
-    if weighting not in choices:
-        raise BadOption(f"unknown residual weighting {weighting!r}; choose from {', '.join(choices)}")
-    return choices[weighting]
-
-
 def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
           tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
@@ -668,13 +668,15 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     compared per rotary plane under RoPE, `rotary_circuit_similarity`) or "circuit" (whole QK circuits); `tol`:
     stop when an iteration lowers the weight distance by less than this fraction (TOL); `seen_tokens`: the
     residual fits use only the embedding rows of tokens in `data`'s training split (seen_token_rows; no effect
-    without token data); `centred_keys`, `unit_similarity`: match_inner's."""
+    without token data); `centred_keys`, `unit_similarity`: match_inner's; `weighting`: the residual fit's
+    tensor weights (_weight). The candidates behind these last four were measured on the tuning pairs of
+    benchmarks/suite.py; none beat the defaults there (benchmarks/README.md)."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress,
                              head_similarity=head_similarity, tol=tol, centred_keys=centred_keys,
-                             unit_similarity=unit_similarity, rows=rows, balanced=_balanced(weighting))
+                             unit_similarity=unit_similarity, rows=rows, weighting=weighting)
     report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps, "iterations": log,
               "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None
