@@ -142,7 +142,7 @@ class ResidualPass:
                     self.fixed += squared_norm(a, b)
                     continue
                 nb = squared_norm(b)
-                raw = _cross(a, b, False)
+                raw = _cross(a, b, "none")
                 self.raw += raw
                 self.fixed += na + nb
                 if k in rows:
