@@ -117,6 +117,26 @@ def test_file_pages_are_released_without_changing_weights_or_logits(tmp_path):
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
 
 
+def test_released_file_pages_keep_a_modified_copy(tmp_path):
+    """Unmodified file pages are dropped (the page cache serves them again); a written (copy-on-write) page must
+    keep what was written."""
+    from glmc.memory import FilePages
+    from glmc.models import load_model, save_model
+
+    save_model(tiny_gpt2(seed=0), tmp_path / "m")
+    loaded, _ = load_model(tmp_path / "m")
+    pages = FilePages()
+    mapped = [t for t in loaded.state_dict().values() if any(s <= t.data_ptr() < e for s, e in pages.ranges)]
+    if not mapped:
+        pytest.skip("this platform does not map safetensors checkpoints")
+    big = max(mapped, key=lambda t: t.numel())
+    before = big.clone()
+    with torch.no_grad():
+        big.view(-1)[0] += 1.0
+    assert pages.release(mapped) > 0
+    assert big.view(-1)[0] == before.view(-1)[0] + 1.0
+    assert torch.equal(big.view(-1)[1:], before.view(-1)[1:])
+
 def test_weight_merge_without_data_or_evaluation(tmp_path):
     import json
 

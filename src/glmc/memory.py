@@ -59,8 +59,8 @@ class FilePages:
     """The checkpoint files (*.safetensors) mapped into this process, read once from /proc/self/maps, and a way to
     hand back the resident pages behind given tensors. safetensors loads weights by mmap, so a loaded model's
     weights are file pages, counted in RSS once touched. The pages are clean copies of the file: the kernel
-    re-reads them when they are next used, and no content is ever lost (MADV_PAGEOUT keeps modified
-    copy-on-write pages). Tensors in anonymous memory are left alone. Off Linux every call is a no-op."""
+    re-reads them when they are next used, and no content is ever lost (pages a write has copied are never
+    dropped, only paged out: _unmodified). Tensors in anonymous memory are left alone. Off Linux every call is a no-op."""
 
     def __init__(self):
         self.ranges: list[tuple[int, int]] = []
@@ -93,9 +93,35 @@ class FilePages:
             hi = lo + span * t.element_size()
             for start, end in self.ranges:
                 a, b = max(lo, start) // PAGE * PAGE, -(-min(hi, end) // PAGE) * PAGE
-                if a < b and _libc().madvise(a, b - a, MADV_PAGEOUT) == 0:
+                if a < b and _libc().madvise(a, b - a, MADV_DONTNEED if _unmodified(a, b) else MADV_PAGEOUT) == 0:
                     advised += b - a
         return advised
+
+
+MADV_DONTNEED = 4
+PAGEMAP_FILE_PAGE = 1 << 61  # /proc/PID/pagemap: the page is the file's own (shared with the page cache)
+PAGEMAP_PRESENT = 1 << 63
+
+
+def _unmodified(a: int, b: int) -> bool:
+    """True if every resident page of [a, b) in a private file mapping is still the file's page, not a modified
+    copy-on-write copy (read from /proc/self/pagemap, 8 bytes per page). Such a range can be dropped with
+    MADV_DONTNEED, which is instant and leaves the pages in the page cache for the next read, where MADV_PAGEOUT
+    evicts them (a forward pass over a 124M model then takes 1 s instead of 0.2 s); dropping a modified page would
+    lose the modification, so anything else, or no pagemap, takes MADV_PAGEOUT."""
+    try:
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(a // PAGE * 8)
+            raw = f.read((b - a) // PAGE * 8)
+    except OSError:
+        return False
+    if len(raw) != (b - a) // PAGE * 8:
+        return False
+    import numpy as np
+
+    entries = np.frombuffer(raw, dtype=np.uint64)
+    present = (entries & np.uint64(PAGEMAP_PRESENT)) != 0
+    return bool(((entries[present] & np.uint64(PAGEMAP_FILE_PAGE)) != 0).all())
 
 
 @contextlib.contextmanager

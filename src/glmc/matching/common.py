@@ -124,7 +124,8 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
     peak holds about three model-sized copies rather than five."""
     from glmc.matching.nullspace import fill_exact
 
-    report["distance_before"] = view_distance(view_a, view_b)
+    if "distance_before" not in report:  # a method that has measured it already says so
+        report["distance_before"] = view_distance(view_a, view_b)
     moved = move_consuming(view_b, transform, arch)
     filled = None
     if probes is not None:

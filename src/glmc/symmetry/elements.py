@@ -30,6 +30,8 @@ with the contravariant side taken as the matrix itself when it is orthogonal (pe
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -126,6 +128,22 @@ class IndexMap:
         return cls(d["src"], d.get("alpha"), int(d["n"]))
 
 
+# the largest tensor a LinearMap moves in float64; searches that only score moved tensors (weight matching's
+# passes) lower it with `float32_moves`: a similarity needs no more than float32, and GPT-2-124M's attention
+# matrices, under the default, took a third of each pass
+FLOAT64_UP_TO: ContextVar[int] = ContextVar("FLOAT64_UP_TO", default=1 << 20)
+
+
+@contextmanager
+def float32_moves(up_to: int = 1 << 12):
+    """Inside this block LinearMaps move tensors of more than `up_to` entries in float32."""
+    token = FLOAT64_UP_TO.set(up_to)
+    try:
+        yield
+    finally:
+        FLOAT64_UP_TO.reset(token)
+
+
 @dataclass
 class LinearMap:
     matrix: torch.Tensor  # [..., n, m]; leading dims batch over a batch axis of the tensor (e.g. heads)
@@ -162,7 +180,7 @@ class LinearMap:
         mat = self.matrix.double() if mode == "co" else self._contra_matrix()
         # float64 keeps small per-head maps exact to ~1e-15; for big tensors (embeddings, LM heads) float32
         # matmul is ~10x faster and its ~1e-6 relative error is far inside the 1e-4 function tolerance
-        work = torch.float64 if t.numel() <= 1 << 20 or t.dtype == torch.float64 else torch.float32
+        work = torch.float64 if t.numel() <= FLOAT64_UP_TO.get() or t.dtype == torch.float64 else torch.float32
         mat, t_in = mat.to(work), t
         t = t.to(work)
         axis = axis % t.ndim
