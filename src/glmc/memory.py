@@ -60,7 +60,8 @@ class FilePages:
     hand back the resident pages behind given tensors. safetensors loads weights by mmap, so a loaded model's
     weights are file pages, counted in RSS once touched. The pages are clean copies of the file: the kernel
     re-reads them when they are next used, and no content is ever lost (pages a write has copied are never
-    dropped, only paged out: _unmodified). Tensors in anonymous memory are left alone. Off Linux every call is a no-op."""
+    dropped, only paged out: _unmodified). Tensors in anonymous memory are left alone. Off Linux every call is a
+    no-op."""
 
     def __init__(self):
         self.ranges: list[tuple[int, int]] = []
