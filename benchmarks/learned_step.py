@@ -5,6 +5,7 @@ child processes, each measured alone (wall time per step, peak resident memory f
   plain    one AdamW step of model A on a batch of random tokens (forward, backward, step)
   learned  one learned-matching step (LearnedMatcher.train_step: project the latents, build π(θ_B), interpolate
            at λ = ½, forward, backward into the latents, AdamW step), started from one weight-matching iteration
+  learned-checkpoint  the same step with gradient checkpointing (`glmc align --checkpoint`)
 Both use the same batch (default 8 × 256 tokens). The first step of each is a warm-up and is not timed. Writes
 learned_step.md / learned_step.json under --out.
 
@@ -22,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import build_pair, run_measured, shape_parser, write_report  # noqa: E402
+
+PARTS = ("plain", "learned", "learned-checkpoint")
 
 
 def _batch(vocab: int, batch: int, context: int):
@@ -55,7 +58,8 @@ def part_plain(a_path: str, batch: int, context: int, steps: int, device: str) -
     return {"seconds_per_step": sum(times) / len(times)}
 
 
-def part_learned(a_path: str, b_path: str, batch: int, context: int, steps: int, device: str) -> dict:
+def part_learned(a_path: str, b_path: str, batch: int, context: int, steps: int, device: str,
+                 checkpoint: bool = False) -> dict:
     from types import SimpleNamespace
 
     import torch
@@ -71,7 +75,7 @@ def part_learned(a_path: str, b_path: str, batch: int, context: int, steps: int,
     template = adapter.from_canonical(view_a, a)
     del a, b
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, SimpleNamespace(task="lm"), [init],
-                       device=torch.device(device))
+                       device=torch.device(device), checkpoint=checkpoint)
     data = _batch(template.config.vocab_size, batch, context)
     opt = m.optimizer()
     times = []
@@ -107,26 +111,32 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--steps", type=int, default=3, help="Timed steps (after one warm-up step).")
-    ap.add_argument("--part", choices=["plain", "learned"], help=argparse.SUPPRESS)
+    ap.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     a, b = build_pair(args.cache, args.layers, args.width, args.heads, args.vocab)
     if args.part == "plain":
         print(json.dumps(part_plain(str(a), args.batch, args.context, args.steps, args.device)))
         return
-    if args.part == "learned":
-        print(json.dumps(part_learned(str(a), str(b), args.batch, args.context, args.steps, args.device)))
+    if args.part:
+        print(json.dumps(part_learned(str(a), str(b), args.batch, args.context, args.steps, args.device,
+                                      checkpoint=args.part == "learned-checkpoint")))
         return
-    rows = {part: run_part(args, part) for part in ("plain", "learned")}
+    rows = {part: run_part(args, part) for part in PARTS}
     ratio = rows["learned"]["seconds_per_step"] / rows["plain"]["seconds_per_step"]
+    ratio_ckpt = rows["learned-checkpoint"]["seconds_per_step"] / rows["plain"]["seconds_per_step"]
     result = {"model": f"GPT-2 {args.layers}×{args.width}, {args.heads} heads, vocab {args.vocab}, untied",
               "batch": args.batch, "context": args.context, "device": args.device, "timed_steps": args.steps,
-              **{f"{k}_{part}": v for part, r in rows.items() for k, v in r.items()}, "ratio": ratio}
+              **{f"{k}_{part}": v for part, r in rows.items() for k, v in r.items()}, "ratio": ratio,
+              "ratio_checkpoint": ratio_ckpt}
     write_report(args.out, "learned_step", result,
                  ["model", "batch × context", "device", "plain AdamW step s", "learned step s", "ratio",
-                  "peak RSS plain GB", "peak RSS learned GB"],
+                  "checkpointed step s", "ratio", "peak RSS plain GB", "peak RSS learned GB",
+                  "peak RSS checkpointed GB"],
                  [result["model"], f"{args.batch} × {args.context}", args.device,
                   f"{rows['plain']['seconds_per_step']:.2f}", f"{rows['learned']['seconds_per_step']:.2f}",
-                  f"{ratio:.2f}×", f"{rows['plain']['peak_rss_gb']:.2f}", f"{rows['learned']['peak_rss_gb']:.2f}"])
+                  f"{ratio:.2f}×", f"{rows['learned-checkpoint']['seconds_per_step']:.2f}", f"{ratio_ckpt:.2f}×",
+                  f"{rows['plain']['peak_rss_gb']:.2f}", f"{rows['learned']['peak_rss_gb']:.2f}",
+                  f"{rows['learned-checkpoint']['peak_rss_gb']:.2f}"])
 
 
 if __name__ == "__main__":

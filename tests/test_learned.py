@@ -141,3 +141,63 @@ def test_autocast_runs_the_training_loss_in_low_precision_and_keeps_latents_floa
                    if p.grad is not None)
     assert losses[None] != losses["bfloat16"]  # the forward really ran in bfloat16
     assert losses["bfloat16"] == pytest.approx(losses[None], rel=2e-2)
+
+
+def _llama(seed):
+    from glmc.adapters.registry import adapter_named
+
+    torch.manual_seed(seed)
+    return adapter_named("llama").build(vocab_size=61, context=32, layers=2, width=32, heads=4, mlp=40,
+                                              kv_heads=2).eval()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_gradient_checkpointing_gives_the_same_step_and_recomputes_the_blocks(family):
+    """Checkpointed blocks are recomputed during backward with the interpolated weights of the forward pass (not
+    the template's own), so the loss and every latent's gradient are those of the plain step."""
+    from types import SimpleNamespace
+
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import LearnedMatcher
+    from glmc.matching.weight import weight_matching
+
+    a, b = (tiny_gpt2(seed=0), tiny_gpt2(seed=1)) if family == "gpt2" else (_llama(0), _llama(1))
+    adapter, arch, va, vb = canonical_pair(a, b)
+    init, _ = weight_matching(va, vb, arch, iterations=1, progress=False)
+    ids = torch.randint(0, 61, (4, 17), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids[:, :-1], "targets": ids[:, 1:]}
+    out = {}
+    for checkpoint in (False, True):
+        m = LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init],
+                           checkpoint=checkpoint)
+        calls: list = []
+        blocks = [mod for k, mod in adapter.hook_modules(m.template).items() if k.count(".") == 1]
+        hooks = [blk.register_forward_hook(lambda *_, seen=calls: seen.append(1)) for blk in blocks]
+        loss = m.batch_loss(batch, m.params_at([0.5, 0.5]))
+        loss.backward()
+        for h in hooks:
+            h.remove()
+        grads = [p.grad.clone() for p in m.latents.parameters() if p.grad is not None]
+        out[checkpoint] = (float(loss.detach()), grads, calls)
+        assert "forward" not in vars(blocks[0])  # the blocks are restored after the call
+    assert out[True][0] == pytest.approx(out[False][0], rel=1e-6)
+    assert len(out[True][1]) == len(out[False][1]) > 0
+    for g_ckpt, g in zip(out[True][1], out[False][1]):
+        assert torch.allclose(g_ckpt, g, rtol=1e-4, atol=1e-7)
+    assert len(out[False][2]) == arch.n_layer and len(out[True][2]) == 2 * arch.n_layer  # recomputed in backward
+
+
+def test_gradient_checkpointing_is_refused_in_circuit_mode():
+    from types import SimpleNamespace
+
+    from glmc.errors import BadOption
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import LearnedMatcher
+    from glmc.matching.weight import weight_matching
+
+    a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    adapter, arch, va, vb = canonical_pair(a, b)
+    init, _ = weight_matching(va, vb, arch, iterations=1, head_maps=False, progress=False)
+    with pytest.raises(BadOption, match="circuit mode"):
+        LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init],
+                       mode="circuit", checkpoint=True)

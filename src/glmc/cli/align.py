@@ -40,6 +40,9 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--autocast", default=None, type=click.Choice(["bfloat16", "float16"]),
               help="Learned matching: run the training steps' forward and backward in this precision (the latents, "
                    "validation and the result stay float32). For GPUs: CPUs without bfloat16 units run it slower.")
+@click.option("--checkpoint", is_flag=True,
+              help="Learned matching: gradient checkpointing (each block's activations are recomputed during "
+                   "backward instead of kept: less memory for about a third more compute).")
 @click.option("--soft", is_flag=True, help="Learned matching: Sinkhorn soft permutations (rounded at the end).")
 @click.option("--eval-every", default=50, show_default=True, type=click.IntRange(min=1),
               help="Learned matching: validate every N steps.")
@@ -50,8 +53,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, act_batches, steps, epochs,
-            minutes, lr, sampler, null_space, autocast, soft, eval_every, patience, mode, overwrite, progress,
-            **data_kw):
+            minutes, lr, sampler, null_space, autocast, checkpoint, soft, eval_every, patience, mode, overwrite,
+            progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
@@ -69,8 +72,8 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
     options = dict(data=ds, iterations=iterations, tol=tol, residual=residual, head_maps=not no_head_maps,
                    progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes,
-                   lr=lr, sampler=sampler, null_space=null_space, autocast=autocast, soft=soft, eval_every=eval_every,
-                   patience=patience, mode=mode)
+                   lr=lr, sampler=sampler, null_space=null_space, autocast=autocast, checkpoint=checkpoint, soft=soft,
+                   eval_every=eval_every, patience=patience, mode=mode)
     options = method_options(method, options)
     options.pop("data", None)
     t0 = time.perf_counter()

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from glmc import distributed
 from glmc.errors import BadOption
 from glmc.matching import nullspace
+from glmc.matching.checkpointing import checkpointed
 from glmc.matching.common import canonical_pair, finish
 from glmc.matching.weight import weight_matching
 from glmc.models.evaluate import loss_and_correct, summed
@@ -136,7 +137,7 @@ class LearnedMatcher:
 
     def __init__(self, views: list, adapter, arch, template, data, inits: list, kinds: dict | None = None,
                  soft=False, device=None, mode: str = "native", probes: list | None = None, learn_free=False,
-                 autocast=None):
+                 autocast=None, checkpoint: bool = False):
         self.adapter, self.arch, self.data, self.task, self.mode = adapter, arch, data, data.task, mode
         self.device = device or torch.device("cpu")
         # the training forward and backward in low precision (bfloat16, float16); the latents, their projections
@@ -152,6 +153,7 @@ class LearnedMatcher:
         self.template = template.to(self.device)
         for p in self.template.parameters():
             p.requires_grad_(False)
+        self.blocks = self._blocks(adapter) if checkpoint else []
         self.views = [{k: v.to(self.device) for k, v in view.items()} for view in views]
         self.latents = torch.nn.ModuleList(Latents(t, arch, kinds, soft) for t in inits).to(self.device)
         # per moved model: its null-space probes (an embedded narrower model, align/nullspace.py) or None
@@ -163,6 +165,13 @@ class LearnedMatcher:
                                     for k in nullspace.filled_keys(self.views[0], arch.n_layer)} if p is not None
                                    and learn_free else {})
             for p in self.probes)
+
+    def _blocks(self, adapter) -> list:
+        """The template's blocks, for gradient checkpointing (glmc/matching/checkpointing.py)."""
+        if self.mode == "circuit":
+            raise BadOption("gradient checkpointing recomputes the native model's blocks; circuit mode has none "
+                            "(use --mode native, or drop --checkpoint)")
+        return [m for k, m in adapter.hook_modules(self.template).items() if k.count(".") == 1]
 
     def fill_target(self, m: int) -> dict:
         """The view model m+1's free weights are filled toward: the reference plus the learned offsets."""
@@ -200,7 +209,8 @@ class LearnedMatcher:
         gives a constant 0."""
         part = distributed.shard(batch)
         if distributed.rows(part):
-            with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            with (torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None),
+                  checkpointed(self.blocks)):
                 loss, _, n = loss_and_correct(self.template, part, self.task, params=params, device=self.device)
         else:  # fewer rows than processes
             loss, n = torch.zeros((), device=self.device), 0
@@ -310,13 +320,14 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
           progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = 1e-3, sampler: str | None = None,
           bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None, batch_size: int = 32,
           seed: int = 0, mode: str = "native", perm_lr: float = 0.02, fill: bool = False,
-          learn_free: bool = False, autocast: str | None = None):
+          learn_free: bool = False, autocast: str | None = None, checkpoint: bool = False):
     """Learned matching (module docstring): `steps` / `epochs` / `minutes` budget (default DEFAULT_STEPS), AdamW
     at `lr` (`perm_lr` for permutation latents), λ from `sampler`, validation every `eval_every` steps on
     `eval_batches` batches with early stopping after `patience` checks; `permutations_only` learns the
     permutation subgroups only (the Git Re-Basin STE baseline); `soft`: Sinkhorn permutations; `mode`
     "circuit" interpolates the paper's circuit form; `fill`/`learn_free`: an embedded narrower B's null space;
-    `autocast` ("bfloat16", "float16"): the training steps' forward and backward in that precision."""
+    `autocast` ("bfloat16", "float16"): the training steps' forward and backward in that precision; `checkpoint`:
+    recompute each block's activations during backward instead of keeping them (less memory, ~⅓ more compute)."""
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)
@@ -335,7 +346,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     template = adapter.from_canonical(view_a, model_a)
     probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], kinds, soft, device,
-                       mode, probes=[probes], learn_free=learn_free, autocast=autocast)
+                       mode, probes=[probes], learn_free=learn_free, autocast=autocast, checkpoint=checkpoint)
     fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
                 eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress,
                 perm_lr=perm_lr)

@@ -76,17 +76,6 @@ def start_keys(view) -> tuple:
 
 # --- step 1: residual -----------------------------------------------------------------------------------------
 
-def residual_cross(view_a: dict, view_b: dict, keys, weighting: str = "norms",
-                   rows: dict | None = None) -> torch.Tensor:
-    """M = Σ_t w_t·B_tᵀ·A_t (d×d) over the given residual-touching tensors, w_t from `weighting` (_weight).
-    `rows`: key -> boolean mask of the rows that take part (e.g. the tokens seen in training, `seen_token_rows`)."""
-    d = view_a[keys[0]].shape[-1]
-    m = torch.zeros(d, d, dtype=torch.float64)
-    for k in keys:
-        m += _cross(view_a[k], view_b[k], weighting, (rows or {}).get(k))
-    return m
-
-
 def _cross(a, b, weighting: str, mask=None) -> torch.Tensor:
     """w_t·B_tᵀ·A_t (_weight), float64, over the rows in `mask` (all by default). All but tiny tensors (biases)
     multiply in float32, 5-10× faster than float64 and accurate to ~1e-6 relative: a Procrustes target needs no
@@ -128,10 +117,11 @@ class ResidualPass:
     (head and unit biases) are compared directly."""
 
     def __init__(self, view_a: dict, view_b: dict, elements: dict, arch, keys, weighting: str,
-                 rows: dict | None = None, unmoved: dict | None = None):
+                 rows: dict | None = None, unmoved: dict | None = None, known: dict | None = None):
         """`unmoved`: a cache the caller keeps across iterations for the summed terms of the tensors no element
         moves (embeddings, LM head, norm biases: the biggest products, and the same every iteration); which tensors
-        those are depends only on which groups `elements` names, so the sums are cached under those names."""
+        those are depends only on which groups `elements` names, so the sums are cached under those names.
+        `known`: key -> terms (_terms) of tensors of B the caller has measured already (the first map's)."""
         d = view_a[keys[0]].shape[-1]
         wanted, rows = set(keys), rows or {}
         cached = None if unmoved is None else unmoved.get(frozenset(elements))
@@ -144,7 +134,10 @@ class ResidualPass:
                 same = part[k] is view_b[k]
                 if same and cached is not None:
                     continue
-                _add(fresh if same else moved, self._terms(view_a[k], part[k], k in wanted, weighting, rows.get(k)))
+                terms = (known or {}).get(k) if same else None
+                if terms is None:
+                    terms = self._terms(view_a[k], part[k], k in wanted, weighting, rows.get(k))
+                _add(fresh if same else moved, terms)
         if cached is None:
             cached = fresh
             if unmoved is not None:
@@ -662,7 +655,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
     and the head, the variant learned matching starts from (see glmc/matching/learned.py). Stops when an iteration
     lowers the distance by less than `tol` (relative), or after `iterations`. `centred_keys`, `unit_similarity`:
-    match_inner's; `rows`: the rows of residual tensors the residual fits use (residual_cross); `weighting`:
+    match_inner's; `rows`: the rows of residual tensors the residual fits use (_cross); `weighting`:
     the residual fit's tensor weights (WEIGHTINGS; default "norms", or "none" when not `balanced`)."""
     if iterations < 1:
         raise BadOption(f"weight matching needs at least 1 iteration, got {iterations}")
@@ -678,7 +671,9 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     keys_all = residual_keys(view_a, arch.n_layer)
     init = [k for k in keys_all if k in (start_keys(view_a) if weighting != "none" else RAW_INIT_KEYS)]
     t0 = time.perf_counter()
-    res = solve_residual(residual_cross(view_a, view_b, init, weighting, rows), residual)
+    # the first map's products are the first ResidualPass's for these tensors (no inner element moves them)
+    known = {k: ResidualPass._terms(view_a[k], view_b[k], True, weighting, (rows or {}).get(k)) for k in init}
+    res = solve_residual(sum(t[3] for t in known.values()), residual)
     best, best_dist = None, view_distance(view_a, view_b)
     log.append({"step": "start", "distance": best_dist})
     unmoved: dict = {}  # ResidualPass's terms of the tensors only the residual map moves, reused every iteration
@@ -688,7 +683,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
         inner = match_inner(view_a, view_b, arch, head_maps, head_similarity, residual=res,
                             centred_keys=centred_keys, unit_similarity=unit_similarity)
         t2 = time.perf_counter()
-        fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, weighting, rows, unmoved)
+        fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, weighting, rows, unmoved, known)
         res = solve_residual(fitted.fit, residual)
         t3 = time.perf_counter()
         full = Transform({"residual": res, **inner.elements})
