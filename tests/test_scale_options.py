@@ -151,3 +151,23 @@ def test_weight_merge_without_data_or_evaluation(tmp_path):
     report = json.loads((tmp_path / "m" / "merge.json").read_text())
     assert report["scores"] == {} and max(report["max_dlogits"]) <= 1e-4
     load_model(tmp_path / "m")
+
+
+def test_parked_tensors_keep_their_values_and_live_in_a_file_mapping():
+    from glmc.memory import park
+
+    g = torch.Generator().manual_seed(0)
+    view = {"big": torch.randn(300, 70, generator=g), "small": torch.randn(5, generator=g)}
+    before = {k: v.clone() for k, v in view.items()}
+    small = view["small"]
+    parked = park(view, ["big", "small", "absent"], min_elements=1000)
+    if not parked:
+        pytest.skip("nothing is parked on this platform (not Linux, or the temporary directory is in memory)")
+    assert parked == ["big"] and view["small"] is small
+    assert all(torch.equal(view[k], before[k]) for k in view)
+    lo = view["big"].data_ptr()
+    maps = [line.split() for line in open("/proc/self/maps")]
+    owner = [m for m in maps if int(m[0].split("-")[0], 16) <= lo < int(m[0].split("-")[1], 16)]
+    assert owner and "glmc-park-" in " ".join(owner[0][5:])  # file-backed (the file itself is already unlinked)
+    view["big"] += 1.0  # a private mapping: writable, and the file is never written back
+    assert torch.equal(view["big"], before["big"] + 1.0)

@@ -147,6 +147,55 @@ def paged_forward(model):
             h.remove()
 
 
+def park(view: dict, keys, min_elements: int = 1 << 22) -> list[str]:
+    """Move the big CPU tensors of `view` under `keys` (at least `min_elements` entries) into unlinked temporary
+    files on disk, each replaced in `view` by a private mapping of its file with the same contents: its pages are
+    resident only once read, so a tensor the caller will not read for a while costs no memory meanwhile (weight
+    matching parks the vocabulary matrices between its first residual map and the end). Nothing is parked off
+    Linux, or where the temporary directory is in memory (tmpfs), where it would only hide memory, or when a file
+    cannot be written. Returns the keys parked."""
+    import os
+    import tempfile
+
+    import torch
+
+    directory = tempfile.gettempdir()
+    if not sys.platform.startswith("linux") or _in_memory(directory):
+        return []
+    parked = []
+    for k in keys:
+        t = view.get(k)
+        if t is None or t.device.type != "cpu" or t.numel() < min_elements or t.requires_grad:
+            continue
+        fd, path = tempfile.mkstemp(prefix="glmc-park-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                t.contiguous().numpy().tofile(f)
+            mapped = torch.from_file(path, shared=False, size=t.numel(), dtype=t.dtype).reshape(t.shape)
+        except (OSError, RuntimeError, TypeError):
+            continue  # a full disk, or a dtype numpy cannot write: the tensor stays where it is
+        finally:
+            os.unlink(path)  # the mapping keeps the data; the disk space goes with it
+        view[k] = mapped
+        parked.append(k)
+    trim()
+    return parked
+
+
+def _in_memory(directory: str) -> bool:
+    """True if `directory` is on an in-memory filesystem (or that cannot be told)."""
+    import os
+
+    try:
+        mounts = [line.split() for line in open("/proc/mounts")]
+    except OSError:
+        return True
+    real = os.path.realpath(directory)
+    best = max((m for m in mounts if len(m) > 2 and (real == m[1] or real.startswith(m[1].rstrip("/") + "/"))),
+               key=lambda m: len(m[1]), default=None)
+    return best is None or best[2] in ("tmpfs", "ramfs")
+
+
 def row_slices(rows: int, cols: int, elements: int = 1 << 21):
     """Slices over `rows` rows of `cols` columns, each at most `elements` entries (one row at least): reductions
     done a slice at a time keep their temporaries at that size (16 MB in float64 by default) instead of a copy of

@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 from glmc.errors import BadOption
 from glmc.matching.common import canonical_pair, finish, layer_chunks, residual_keys, squared_norm, view_distance
 from glmc.matching.nullspace import free_probes
-from glmc.memory import trim
+from glmc.memory import park, trim
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap, float32_moves
 from glmc.symmetry.kinds import ScaleRotation, kind
 from glmc.symmetry.spec import group_name
@@ -268,9 +268,15 @@ def qk_similarity(qk_kind: str | None):
     return rotary_circuit_similarity if qk_kind == "scale-rotation" else circuit_similarity
 
 
+def _ranking(factors) -> tuple:
+    """Head factors for a similarity that only ranks heads: big ones in float32, twice as fast as float64 (small
+    ones, as in planted-symmetry checks, stay float64)."""
+    return tuple(f.float() if f.numel() > 1 << 16 else f for f in factors)
+
+
 def match_heads(fa, fb, qk_kind: str | None = None) -> IndexMap:
-    qa, ka, va, oa = fa
-    qb, kb, vb, ob = fb
+    qa, ka, va, oa = _ranking(fa)
+    qb, kb, vb, ob = _ranking(fb)
     s = qk_similarity(qk_kind)(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)
     return _assignment(s)
 
@@ -558,8 +564,8 @@ def mlp_similarity(view_a, view_b, i, kind_name: str = "inner") -> torch.Tensor:
 def match_grouped_heads(fa, fb, r: int, qk_kind: str | None = None) -> tuple[IndexMap, IndexMap]:
     """(key/value-group permutation, query-head permutation inside the groups) under grouped-query attention:
     circuit similarity of query heads, each with its group's key and value (grouped_assignment)."""
-    qa, ka, va, oa = fa
-    qb, kb, vb, ob = fb
+    qa, ka, va, oa = _ranking(fa)
+    qb, kb, vb, ob = _ranking(fb)
     ka, va, kb, vb = (t.repeat_interleave(r, 0) for t in (ka, va, kb, vb))  # each query head's key/value head
     s = qk_similarity(qk_kind)(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)
     return grouped_assignment(s, r)
@@ -675,6 +681,9 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     known = {k: ResidualPass._terms(view_a[k], view_b[k], True, weighting, (rows or {}).get(k)) for k in init}
     res = solve_residual(sum(t[3] for t in known.values()), residual)
     best, best_dist = None, view_distance(view_a, view_b)
+    # the embeddings and the head are not read again until the end: off to disk meanwhile (0.6 GB at GPT-2-124M)
+    for view in (view_a, view_b):
+        park(view, [k for k in view if not k.startswith("blocks.")])
     log.append({"step": "start", "distance": best_dist})
     unmoved: dict = {}  # ResidualPass's terms of the tensors only the residual map moves, reused every iteration
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
