@@ -171,3 +171,24 @@ def test_parked_tensors_keep_their_values_and_live_in_a_file_mapping():
     assert owner and "glmc-park-" in " ".join(owner[0][5:])  # file-backed (the file itself is already unlinked)
     view["big"] += 1.0  # a private mapping: writable, and the file is never written back
     assert torch.equal(view["big"], before["big"] + 1.0)
+
+
+def test_per_head_fit_gradient_in_closed_form_is_autograds():
+    """FactorGrams.loss_and_grad's closed form (D = C^-T, so a gradient G_D in D is −D·G_Dᵀ·D in C) against
+    autograd through the inverse; and a big batch's float32 search still returns float64 maps no worse than its
+    start."""
+    from glmc.matching.weight import FactorGrams, fit_factor_grams
+
+    g = torch.Generator().manual_seed(0)
+    xa, xb, ya, yb = (torch.randn(5, 8, 20, dtype=torch.float64, generator=g) for _ in range(4))
+    grams = FactorGrams(xa, xb, ya, yb)
+    c = (torch.eye(8, dtype=torch.float64) + 0.3 * torch.randn(5, 8, 8, dtype=torch.float64, generator=g))
+    c.requires_grad_(True)
+    grams.loss(c).sum().backward()
+    loss, grad = grams.loss_and_grad(c.detach())
+    assert torch.allclose(loss, grams.loss(c.detach()))
+    assert torch.allclose(grad, c.grad, rtol=1e-10, atol=1e-10)
+    big = FactorGrams(*(torch.randn(40, 64, 80, dtype=torch.float64, generator=g) for _ in range(4)))  # float32 search
+    maps = fit_factor_grams(big, steps=5)
+    start = big.starts()[0]
+    assert maps.dtype == torch.float64 and (big.loss(maps) <= big.loss(start) + 1e-12).all()
