@@ -69,3 +69,24 @@ def test_an_unknown_unit_similarity_is_refused_by_name():
     model = tiny_gpt2(n_layer=1).eval()
     with pytest.raises(Exception, match="unit similarity"):
         align(model, model, "weight", progress=False, unit_similarity="dot")
+
+
+def test_restarts_keep_the_closest_alternation_and_still_recover_a_planted_symmetry():
+    from glmc.errors import BadOption
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.weight import weight_matching
+
+    a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    _, arch, va, vb = canonical_pair(a, b)
+    _, one = weight_matching(dict(va), dict(vb), arch, iterations=4, progress=False, tol=3e-3)
+    _, three = weight_matching(dict(va), dict(vb), arch, iterations=4, progress=False, tol=3e-3, restarts=3)
+    assert {s["restart"] for s in three if "restart" in s} == {0, 1, 2}
+    assert [s["distance"] for s in three if s.get("restart") == 0] == [s["distance"] for s in one
+                                                                      if isinstance(s["step"], int)]
+    ends = {r: min(s["distance"] for s in three if s.get("restart") == r) for r in range(3)}
+    assert three[-1]["distance"] == pytest.approx(min(ends.values())) and three[-1]["distance"] <= one[-1]["distance"]
+    with pytest.raises(BadOption, match="restarts"):
+        weight_matching(va, vb, arch, restarts=4, progress=False)
+    moved = transform_model(a, random_full_transform(adapter_for(a).arch(a), torch.Generator().manual_seed(2)))
+    al = align(a, moved, "weight", iterations=5, progress=False, restarts=2)
+    assert al.report["distance_after"] < 1e-8

@@ -663,13 +663,18 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
 def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True,
                     head_similarity: str = "auto", tol: float = 1e-6, centred_keys: bool = False,
-                    unit_similarity: str = "inner", rows: dict | None = None, weighting: str | None = None):
+                    unit_similarity: str = "inner", rows: dict | None = None, weighting: str | None = None,
+                    restarts: int = 1):
     """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
     and the head, the variant learned matching starts from (see glmc/matching/learned.py). Stops when an iteration
     lowers the distance by less than `tol` (relative), or after `iterations`. `centred_keys`, `unit_similarity`:
     match_inner's; `rows`: the rows of residual tensors the residual fits use (_cross); `weighting`:
-    the residual fit's tensor weights (WEIGHTINGS; default "norms", or "none" when not `balanced`)."""
+    the residual fit's tensor weights (WEIGHTINGS; default "norms", or "none" when not `balanced`); `restarts`
+    (1–RESTARTS): also alternate from the other weighting's first map and from B's stream as it is, keeping the
+    lowest weight distance."""
+    if not 1 <= restarts <= RESTARTS:
+        raise BadOption(f"weight matching restarts from 1 to {RESTARTS} first maps, got {restarts}")
     if iterations < 1:
         raise BadOption(f"weight matching needs at least 1 iteration, got {iterations}")
     if head_similarity not in HEAD_SIMILARITIES:
@@ -686,13 +691,42 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     t0 = time.perf_counter()
     # the first map's products are the first ResidualPass's for these tensors (no inner element moves them)
     known = {k: ResidualPass._terms(view_a[k], view_b[k], True, weighting, (rows or {}).get(k)) for k in init}
-    res = solve_residual(sum(t[3] for t in known.values()), residual)
-    best, best_dist = None, view_distance(view_a, view_b)
+    firsts = [solve_residual(sum(t[3] for t in known.values()), residual)]
+    if restarts > 1:  # the other weighting's first map, then B's stream as it is
+        other = "none" if weighting != "none" else "norms"
+        keys = [k for k in keys_all if k in (start_keys(view_a) if other != "none" else RAW_INIT_KEYS)]
+        firsts.append(solve_residual(sum(_cross(view_a[k], view_b[k], other, (rows or {}).get(k)) for k in keys),
+                                     residual))
+    if restarts > 2:
+        d = view_a[keys_all[0]].shape[-1]
+        firsts.append(solve_residual(torch.eye(d, dtype=torch.float64), residual))
+    start_dist = view_distance(view_a, view_b)
     # the embeddings and the head are not read again until the end: off to disk meanwhile (0.6 GB at GPT-2-124M)
     for view in (view_a, view_b):
         park(view, [k for k in view if not k.startswith("blocks.")])
-    log.append({"step": "start", "distance": best_dist})
+    log.append({"step": "start", "distance": start_dist})
     unmoved: dict = {}  # ResidualPass's terms of the tensors only the residual map moves, reused every iteration
+    best, best_dist = None, start_dist
+    for r, res in enumerate(firsts):
+        found, dist, steps = _alternate(view_a, view_b, arch, res, start_dist, iterations, residual, head_maps,
+                                        progress, head_similarity, tol, centred_keys, unit_similarity, rows,
+                                        weighting, keys_all, unmoved, known)
+        log.extend({**s, "restart": r} if len(firsts) > 1 else s for s in steps)
+        if best is None or dist < best_dist:
+            best, best_dist = found, dist
+    log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": best_dist})
+    return best, log
+
+
+# restarts: the first maps weight matching can start from (match_inner and the residual fits then alternate from
+# each; the lowest weight distance wins)
+RESTARTS = 3
+
+
+def _alternate(view_a, view_b, arch, res, start_dist, iterations, residual, head_maps, progress, head_similarity,
+               tol, centred_keys, unit_similarity, rows, weighting, keys_all, unmoved, known):
+    """The alternation from the first residual map `res`: (best transform, its distance, per-iteration log)."""
+    best, best_dist, log = None, start_dist, []
     bar = tqdm(range(iterations), desc="weight matching", disable=not progress, leave=False)
     for it in bar:
         t1 = time.perf_counter()
@@ -713,8 +747,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
                 best, best_dist = full, dist
             break
         best, best_dist = full, dist
-    log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": best_dist})
-    return best, log
+    return best, best_dist, log
 
 
 # The weight method's stopping tolerance, chosen on the validation split of three tuning pairs (GPT-2 and
@@ -728,7 +761,7 @@ TOL = 3e-3
 def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
           tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
-          unit_similarity: str = "inner", weighting: str = "norms"):
+          unit_similarity: str = "inner", weighting: str = "norms", restarts: int = 1):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
@@ -736,14 +769,14 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     stop when an iteration lowers the weight distance by less than this fraction (TOL); `seen_tokens`: the
     residual fits use only the embedding rows of tokens in `data`'s training split (seen_token_rows; no effect
     without token data); `centred_keys`, `unit_similarity`: match_inner's; `weighting`: the residual fit's
-    tensor weights (_weight). The candidates behind these last four were measured on the tuning pairs of
-    benchmarks/suite.py; none beat the defaults there (benchmarks/README.md)."""
+    tensor weights (_weight); `restarts`: weight_matching's. The candidates behind these last five were measured
+    on the tuning pairs of benchmarks/suite.py; none beat the defaults there (benchmarks/README.md)."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress,
                              head_similarity=head_similarity, tol=tol, centred_keys=centred_keys,
-                             unit_similarity=unit_similarity, rows=rows, weighting=weighting)
+                             unit_similarity=unit_similarity, rows=rows, weighting=weighting, restarts=restarts)
     report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps, "iterations": log,
               "transform": t.describe(), "distance_before": log[0]["distance"]}
     probes = free_probes(view_b, arch.n_layer) if fill else None
