@@ -91,7 +91,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 by default): seen_tokens=False (the embedding's part of the residual fit uses only tokens in
                 the training split of `data`), centred_keys=False (heads compared on what attention scores
                 see), unit_similarity="inner" ("cosine", "l1": normalised unit signatures), weighting="norms"
-                (residual fit weights: "rows", "none")
+                (residual fit weights: "rows", "none"), restarts=1 (2 or 3: alternate from that many first
+                residual maps and keep the closest; 2 lowered held-out barriers at twice the time)
             activation: batches=32, batch_size=32, progress=True
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
                 lr=1e-3, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
