@@ -44,7 +44,8 @@ def _checkpointed_forward(block: torch.nn.Module, forward):
         if inside[0] or not torch.is_grad_enabled():
             return forward(*args, **kwargs)
         # under functional_call, named_parameters() gives the substituted tensors: pass them in as inputs
-        names, weights = zip(*block.named_parameters()) if any(True for _ in block.parameters()) else ((), ())
+        named = list(block.named_parameters())
+        names, weights = tuple(n for n, _ in named), tuple(w for _, w in named)
         return checkpoint(run, names, len(weights), *weights, *args, use_reentrant=False, **kwargs)
 
     return wrapped
