@@ -90,3 +90,15 @@ def test_restarts_keep_the_closest_alternation_and_still_recover_a_planted_symme
     moved = transform_model(a, random_full_transform(adapter_for(a).arch(a), torch.Generator().manual_seed(2)))
     al = align(a, moved, "weight", iterations=5, progress=False, restarts=2)
     assert al.report["distance_after"] < 1e-8
+
+
+def test_restarts_default_to_two_for_small_models_and_one_above_the_size_limit(monkeypatch):
+    from glmc.matching import weight
+
+    a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    al = align(a, b, "weight", iterations=3, progress=False)
+    assert al.report["restarts"] == 2 and {s.get("restart") for s in al.report["iterations"]} >= {0, 1}
+    monkeypatch.setattr(weight, "AUTO_RESTARTS_UP_TO", sum(p.numel() for p in a.parameters()) // 2)
+    al = align(a, b, "weight", iterations=3, progress=False)
+    assert al.report["restarts"] == 1 and not any("restart" in s for s in al.report["iterations"])
+    assert align(a, b, "weight", iterations=3, progress=False, restarts=3).report["restarts"] == 3

@@ -87,15 +87,16 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
             weight: iterations=15 (at most), tol=3e-3 (stop when an iteration lowers the weight distance by
                 less than this fraction), residual=None ("permutation": the residual permutation subgroup),
                 head_maps=True, head_similarity="auto" (heads compared per rotary plane under RoPE; "circuit": whole
-                QK circuits), mode="native", progress=True; candidates measured in benchmarks/README.md (off
-                by default): seen_tokens=False (the embedding's part of the residual fit uses only tokens in
-                the training split of `data`), centred_keys=False (heads compared on what attention scores
-                see), unit_similarity="inner" ("cosine", "l1": normalised unit signatures), weighting="norms"
-                (residual fit weights: "rows", "none"), restarts=1 (2 or 3: alternate from that many first
-                residual maps and keep the closest; 2 lowered held-out barriers at twice the time)
+                QK circuits), mode="native", progress=True, restarts=None (alternate from 1, 2 or 3 first
+                residual maps and keep the closest; None: 2 up to 2^25 parameters, else 1, as two cost twice the
+                time); candidates measured in benchmarks/README.md (off by default): seen_tokens=False (the
+                embedding's part of the residual fit uses only tokens in the training split of `data`),
+                centred_keys=False (heads compared on what attention scores see), unit_similarity="inner"
+                ("cosine", "l1": normalised unit signatures), weighting="norms" (residual fit weights: "rows",
+                "none")
             activation: batches=32, batch_size=32, progress=True
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
-                lr=1e-3, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
+                lr=1e-2, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
                 "gaussian"), bias=0.0, batch_size=32, eval_every=50, eval_batches=8, patience=None, seed=0,
                 soft=False, iterations=15 (of the weight-matching start), mode="native", autocast=None
                 ("bfloat16" / "float16": training steps in that precision), checkpoint=False (gradient

@@ -24,16 +24,17 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--residual", default="orthogonal", show_default=True, type=click.Choice(["orthogonal", "permutation"]),
               help="Residual symmetry for weight matching.")
 @click.option("--no-head-maps", is_flag=True, help="Weight matching without the per-head invertible maps.")
-@click.option("--restarts", default=1, show_default=True, type=click.IntRange(1, 3),
+@click.option("--restarts", default=None, type=click.IntRange(1, 3),
               help="Weight matching: alternate from this many first residual maps and keep the closest result "
-                   "(2 lowered the barrier on 9 of 10 held-out pairs at twice the time; benchmarks/README.md).")
+                   "[2 up to 2^25 parameters, else 1: twice the time; benchmarks/README.md]. Learned matching: "
+                   "its weight-matching start's [1].")
 @click.option("--batches", "act_batches", default=32, show_default=True, type=click.IntRange(min=1),
               help="Activation matching: training batches to correlate.")
 @click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching: optimiser steps [300].")
 @click.option("--epochs", default=None, type=POSITIVE, help="Learned matching: passes over the training split.")
 @click.option("--minutes", default=None, type=POSITIVE, help="Learned matching: wall-clock budget.")
-@click.option("--lr", default=1e-3, show_default=True, type=POSITIVE,
-              help="Learned matching: peak learning rate (AdamW).")
+@click.option("--lr", default=1e-2, show_default=True, type=POSITIVE,
+              help="Learned matching: peak learning rate (AdamW; chosen on the tuning pairs, benchmarks/README.md).")
 @click.option("--sampler", default=None, type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]),
               help="Learned matching: λ sampler [narrow: U(0.4, 0.6); uniform: U(0, 1) for models of different "
                    "widths].")

@@ -663,6 +663,15 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
 # the first maps weight matching can start from (`restarts`: the default one, the other weighting's, B's stream as it
 # is); it alternates from each and keeps the lowest weight distance
 RESTARTS = 3
+# align's default restarts: 2 for models up to this many parameters, 1 above. Two lowered the tuning pairs' median
+# barrier (validation split, 14.0 -> 12.3 % of vanilla, worst 41.9 -> 39.6; benchmarks/README.md) at twice the
+# time, which costs seconds below this size and would take GPT-2-124M's weight matching from ~60 s to ~100 s.
+AUTO_RESTARTS_UP_TO = 1 << 25
+
+
+def default_restarts(view) -> int:
+    """align's restarts when none is given: 2 up to AUTO_RESTARTS_UP_TO parameters (counted on the view), else 1."""
+    return 2 if sum(t.numel() for t in view.values()) <= AUTO_RESTARTS_UP_TO else 1
 
 
 def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
@@ -762,7 +771,7 @@ TOL = 3e-3
 def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
           tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
-          unit_similarity: str = "inner", weighting: str = "norms", restarts: int = 1):
+          unit_similarity: str = "inner", weighting: str = "norms", restarts: int | None = None):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
@@ -770,16 +779,19 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     stop when an iteration lowers the weight distance by less than this fraction (TOL); `seen_tokens`: the
     residual fits use only the embedding rows of tokens in `data`'s training split (seen_token_rows; no effect
     without token data); `centred_keys`, `unit_similarity`: match_inner's; `weighting`: the residual fit's
-    tensor weights (_weight); `restarts`: weight_matching's. The candidates behind these last five were measured
-    on the tuning pairs of benchmarks/suite.py (benchmarks/README.md): restarts=2 beat the default there and on the
-    evaluation pairs, at twice the time, which keeps it an option; none of the others did."""
+    tensor weights (_weight); `restarts`: weight_matching's, None for default_restarts (2 below ~33M parameters,
+    else 1). The candidates behind these last five were measured on the tuning pairs of benchmarks/suite.py
+    (benchmarks/README.md): restarts=2 beat one start there, which made it the default where it is cheap; none of
+    the others did."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    restarts = default_restarts(view_a) if restarts is None else restarts
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
     t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress,
                              head_similarity=head_similarity, tol=tol, centred_keys=centred_keys,
                              unit_similarity=unit_similarity, rows=rows, weighting=weighting, restarts=restarts)
-    report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps, "iterations": log,
+    report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps,
+              "restarts": restarts, "iterations": log,
               "transform": t.describe(), "distance_before": log[0]["distance"]}
     probes = free_probes(view_b, arch.n_layer) if fill else None
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)
