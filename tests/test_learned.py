@@ -33,6 +33,20 @@ def test_hungarian_straight_through():
     assert torch.equal(z.grad, w)  # identity gradient onto the latent
 
 
+def test_hard_permutation_is_an_optimal_assignment_with_and_without_the_argmax_shortcut():
+    from scipy.optimize import linear_sum_assignment
+
+    gen = torch.Generator().manual_seed(0)
+    one_hot = torch.eye(9)[torch.randperm(9, generator=gen)]
+    for z in (one_hot + 0.3 * torch.rand(9, 9, generator=gen),  # column maxima in distinct rows: the shortcut
+              torch.rand(9, 9, generator=gen), torch.zeros(9, 9).index_fill_(0, torch.tensor([2]), 1.0)):
+        hard = hard_permutation(z)
+        assert torch.equal(hard.sum(0), torch.ones(9)) and torch.equal(hard.sum(1), torch.ones(9))
+        rows, cols = linear_sum_assignment(z.double().numpy(), maximize=True)
+        assert float((hard * z).sum()) == pytest.approx(float(z[rows, cols].sum()), abs=1e-6)
+    assert torch.equal(hard_permutation(one_hot + 0.3 * torch.rand(9, 9, generator=gen)), one_hot)
+
+
 def test_sinkhorn_is_doubly_stochastic():
     # seeded: with too few iterations some draws converge slower than 1e-4 (the earlier unseeded test flaked)
     s = sinkhorn(torch.randn(6, 6, generator=torch.Generator().manual_seed(0)), tau=0.5, iterations=200)
@@ -201,3 +215,10 @@ def test_gradient_checkpointing_is_refused_in_circuit_mode():
     with pytest.raises(BadOption, match="circuit mode"):
         LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init],
                        mode="circuit", checkpoint=True)
+
+
+def test_the_cli_learning_rate_default_is_the_library_default():
+    from glmc.cli.align import command
+    from glmc.matching.learned import DEFAULT_LR
+
+    assert next(p.default for p in command.params if p.name == "lr") == DEFAULT_LR
