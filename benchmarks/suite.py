@@ -20,6 +20,7 @@ what is missing; --fresh recomputes). Writes suite.md and suite.json under --out
     python benchmarks/suite.py                                  # everything (trains what is missing)
     python benchmarks/suite.py --role tune --methods none,weight  # the tuning pairs, validation split
     python benchmarks/suite.py --list                           # the pairs and their training commands
+    python benchmarks/suite.py --role eval --readme README.md   # the README's results table
 Run it alone: two torch processes on 2 cores slow each other 7–12×.
 """
 
@@ -274,9 +275,29 @@ def write(rows, summary, methods, out: Path, name: str) -> None:
         peak = max(r["peak_rss_mb"] for r in got.values())
         van = "–" if vanilla is None else f"{vanilla:.3f}"
         md.append(f"| {pair.name} | {pair.role} | {first['split']} | {van} | " + " | ".join(cells) + f" | {peak:.0f} |")
+    tuned = [p.name for p in PAIRS if p.role == "tune"]
+    md += ["", f"The defaults were chosen on the validation split of the tuning pairs ({', '.join(tuned)}); "
+           "no choice was made on the evaluation pairs."]
     (out / f"{name}.md").write_text("\n".join(md) + "\n")
     (out / f"{name}.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))
     print("\n".join(md))
+    return md
+
+
+README_BEGIN, README_END = "<!-- suite.py --readme: begin -->", "<!-- suite.py --readme: end -->"
+
+
+def update_readme(path: Path, md: list[str]) -> None:
+    """Replaces the text between README_BEGIN and README_END in `path` with the report (written atomically)."""
+    text = path.read_text()
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{path} has no '{README_BEGIN}' … '{README_END}' block to replace; add the two lines "
+                         "where the table belongs")
+    new = text[:start + len(README_BEGIN)] + "\n" + "\n".join(md) + "\n" + text[end:]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
 
 
 def list_pairs() -> None:
@@ -300,6 +321,8 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--name", default="suite", help="report name under --out")
     ap.add_argument("--fresh", action="store_true", help="recompute cached results")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="also write the report into this file's suite.py block (README.md's results table)")
     ap.add_argument("--train-only", action="store_true", help="train the missing models and stop")
     ap.add_argument("--list", action="store_true", help="print the pairs and stop")
     args = ap.parse_args(argv)
@@ -325,7 +348,9 @@ def main(argv=None):
     rows = []
     for p in pairs:
         rows += run_pair(p, methods, args.split, args.cache, args.max_batches, args.fresh, options, args.tag)
-    write(rows, summarise(rows, methods), methods, args.out, args.name)
+    md = write(rows, summarise(rows, methods), methods, args.out, args.name)
+    if args.readme:
+        update_readme(args.readme, md)
     return None
 
 

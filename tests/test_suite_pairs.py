@@ -53,3 +53,15 @@ def test_every_training_command_parses(pair):
     for flag in ("--layers", "--width", "--heads"):
         if flag in pair.train:
             assert ctx.params[flag[2:]] == int(_arg(pair, flag))
+
+
+def test_readme_block_is_replaced_and_the_rest_kept(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{suite.README_BEGIN}\nold table\n{suite.README_END}\noutro\n")
+    suite.update_readme(readme, ["| new | table |"])
+    assert readme.read_text() == f"intro\n{suite.README_BEGIN}\n| new | table |\n{suite.README_END}\noutro\n"
+    bare = tmp_path / "BARE.md"
+    bare.write_text("no block here\n")
+    with pytest.raises(SystemExit, match="no .* block"):
+        suite.update_readme(bare, ["x"])
+    assert bare.read_text() == "no block here\n"
