@@ -62,11 +62,6 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture
-def shared_dir():
-    return SHARED
-
-
 def run_cli(*args):
     """Runs the real `glmc` CLI in-process; fails the test with its output if it exits non-zero."""
     from click.testing import CliRunner

@@ -779,10 +779,10 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     stop when an iteration lowers the weight distance by less than this fraction (TOL); `seen_tokens`: the
     residual fits use only the embedding rows of tokens in `data`'s training split (seen_token_rows; no effect
     without token data); `centred_keys`, `unit_similarity`: match_inner's; `weighting`: the residual fit's
-    tensor weights (_weight); `restarts`: weight_matching's, None for default_restarts (2 below ~33M parameters,
-    else 1). The candidates behind these last five were measured on the tuning pairs of benchmarks/suite.py
-    (benchmarks/README.md): restarts=2 beat one start there, which made it the default where it is cheap; none of
-    the others did."""
+    tensor weights (_weight); `restarts`: weight_matching's, None for default_restarts (2 up to
+    AUTO_RESTARTS_UP_TO = 2^25 parameters, else 1). The candidates behind these last five were measured on the
+    tuning pairs of benchmarks/suite.py (benchmarks/README.md): restarts=2 beat one start there, which made it the
+    default where it is cheap; none of the others did."""
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     restarts = default_restarts(view_a) if restarts is None else restarts
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
