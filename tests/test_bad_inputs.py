@@ -226,6 +226,8 @@ ROWS = [
     ("unknown-method-choice", ["align", *A_B, "--out", "{out}", "--method", "nosuch"], USAGE,
      "'nosuch' is not one of"),
     ("one-model-barrier", ["barrier", "{a}"], USAGE, "give at least two models"),
+    ("restarts-in-paper-circuit-mode", ["align", *A_B, "--out", "{out}", "--mode", "circuit", "--restarts", "2"],
+     ERROR, "the paper's weight matching runs from one first map"),
     ("weights-negative", ["merge", *A_B, "--out", "{out}", "--weights=-0.5,1.5"], USAGE,
      "weights must be non-negative numbers"),
     ("device-nonsense", ["align", *A_B, "--out", "{out}", "--device", "toaster"], USAGE, "'toaster' is not a device"),

@@ -51,6 +51,9 @@ class Arch:
     # order. Empty: the standard pre-norm Transformer groups, less the unsupported roles. An adapter restricts a
     # group by declaring another kind or batch structure for its role.
     groups: dict = field(default_factory=dict)
+    # the native weight-matching alternation `glmc align` uses by default for this family ("glmc" or "paper";
+    # glmc/matching/weight.py ALGORITHMS), chosen per family on the validation split of the tuning pairs
+    weight_matching: str = "glmc"
 
     def __post_init__(self):
         if not self.groups:

@@ -79,7 +79,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
         method: "weight" (data-free weight matching), "activation" (correlation of activations), "learned"
             (the paper's Algorithm 1, started from weight matching), "learned-perm" (permutations only, the
             Git Re-Basin straight-through baseline) or "none" (the raw pair).
-        data: what activation and learned matching train on (weight matching reads it only with seen_tokens):
+        data: what activation and learned matching train on (weight matching reads only its seen tokens, with
+            seen_tokens or in circuit mode):
             a spec ("shakespeare", "mnist", …), a DataLoader or any iterable of batches (token tensors, or
             (images, labels) pairs), or a dict of them per split;
             None: the data recorded beside model A (see glmc/api/data.py).
@@ -93,7 +94,10 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 embedding's part of the residual fit uses only tokens in the training split of `data`),
                 centred_keys=False (heads compared on what attention scores see), unit_similarity="inner"
                 ("cosine", "l1": normalised unit signatures), weighting="norms" (residual fit weights: "rows",
-                "none")
+                "none"), algorithm="auto" ("paper": the paper's own alternation, its costs, residual
+                blocks and 15 iterations, using `data`'s seen tokens where known, then in native mode per-head
+                maps; "glmc": glmc's; "auto": paper in circuit mode, and in native mode the family's declared
+                one up to 2^25 parameters (GPT-2: paper, ViT and Llama: glmc) unless a glmc-only option is given)
             activation: batches=32, batch_size=32, progress=True
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
                 lr=1e-2, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
@@ -113,6 +117,7 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     """
     from glmc.matching import METHODS, _method_function
     from glmc.matching import align as match
+    from glmc.matching.weight import PAPER_OPTIONS, resolve_algorithm
 
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
@@ -120,6 +125,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
         if options.get("seen_tokens"):
             options["data"] = resolve_data(data, model_a, required="weight matching with seen_tokens=True")
+        elif resolve_algorithm(model_a, **{k: v for k, v in options.items() if k not in PAPER_OPTIONS}) == "paper":
+            options["data"] = resolve_data(data, model_a)  # the paper's residual fit uses seen tokens where known
     elif func is not None and "data" in _parameters(func):
         options["data"] = resolve_data(data, model_a, required=f"{method} matching")
     al = match(model_a, model_b, method, **options)

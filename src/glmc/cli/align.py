@@ -28,6 +28,10 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Weight matching: alternate from this many first residual maps and keep the closest result "
                    "[2 up to 2^25 parameters, else 1: twice the time; benchmarks/README.md]. Learned matching: "
                    "its weight-matching start's [1].")
+@click.option("--algorithm", default="auto", show_default=True, type=click.Choice(["auto", "glmc", "paper"]),
+              help="Weight matching: glmc's alternation, or the paper's (its costs, residual blocks and 15 iterations; "
+                   "glmc/matching/paper.py; in native mode followed by per-head maps) [auto: paper with --mode "
+                   "circuit, else glmc].")
 @click.option("--batches", "act_batches", default=32, show_default=True, type=click.IntRange(min=1),
               help="Activation matching: training batches to correlate.")
 @click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching: optimiser steps [300].")
@@ -56,7 +60,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, act_batches, steps,
+def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, algorithm,
+            act_batches, steps,
             epochs, minutes, lr, sampler, null_space, autocast, checkpoint, soft, eval_every, patience, mode, overwrite,
             progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
@@ -65,6 +70,7 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     one (which stays fixed), and that is what is written."""
     from glmc.api import align
     from glmc.matching import method_options
+    from glmc.matching.weight import resolve_algorithm
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
@@ -74,8 +80,10 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     ds = None
     if method != "weight":
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
+    elif resolve_algorithm(a, mode, algorithm, restarts=restarts, tol=tol) == "paper":
+        ds = _training_tokens(model_a, a, data_kw)
     options = dict(data=ds, iterations=iterations, tol=tol, residual=residual, head_maps=not no_head_maps,
-                   restarts=restarts,
+                   restarts=restarts, algorithm=algorithm,
                    progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes,
                    lr=lr, sampler=sampler, null_space=null_space, autocast=autocast, checkpoint=checkpoint, soft=soft,
                    eval_every=eval_every, patience=patience, mode=mode)
@@ -99,3 +107,14 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     click.echo(f"weight distance ‖A−B‖²/‖A‖²: {al.report['distance_before']:.4f} → {al.report['distance_after']:.4f}")
     click.echo(f"function check: max |Δlogits| of the moved model before/after {al.report['max_dlogits_b']:.2e}")
     click.echo(f"wrote {out_dir}/ (model, transform.safetensors, align.json)")
+
+
+def _training_tokens(model_dir, model, data_kw):
+    """The data whose training split tells the paper's residual fit which embedding rows were trained: the
+    given --data, or the model's own (glmc.json); without either, every row takes part."""
+    if data_kw.get("data") is not None:
+        return load_eval_data(model_dir, model=model, **data_kw)[0]
+    try:
+        return load_eval_data(model_dir, model=model, **data_kw)[0]
+    except click.ClickException:  # align.json says which rows were used (seen_token_rows)
+        return None

@@ -33,6 +33,7 @@ default. `scale-rotation` QK maps are solved per rotary plane in closed form
 (a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
 with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).
+Circuit mode (`--mode circuit`) runs the paper's own alternation instead (glmc/matching/paper.py; `algorithm`).
 Stops when an iteration lowers the relative distance by less than `tol` (3e-3 for the weight method, TOL), or
 after `iterations`. Memory: the alternation walks the model one block at a time (layer_chunks), never holding a
 transformed copy of the whole model; big similarities and residual crosses are float32 products with float64
@@ -599,11 +600,13 @@ def _grouped(t: torch.Tensor, b: int) -> torch.Tensor:
 
 
 def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: str = "auto",
-                residual=None, centred_keys: bool = False, unit_similarity: str = "inner") -> Transform:
+                residual=None, centred_keys: bool = False, unit_similarity: str = "inner",
+                permutations: bool = True) -> Transform:
     """Heads, per-head maps and MLP units, per layer, for the groups the model declares, between A and B moved by
     the residual element `residual` (None: B as it is), one block at a time. `head_similarity`: "auto" (per
     rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit); `centred_keys`:
-    heads compared on what their scores see (score_keys); `unit_similarity`: UNIT_SIMILARITIES (plain MLPs)."""
+    heads compared on what their scores see (score_keys); `unit_similarity`: UNIT_SIMILARITIES (plain MLPs);
+    `permutations=False`: B's heads and units stay where they are (only the per-head maps are fitted)."""
     groups, t = arch.groups, Transform()
     chunks = layer_chunks(view_b, arch.n_layer)
     pending: dict[str, list] = {}  # role -> per-layer FactorGrams of invertible maps, fitted after the loop
@@ -614,7 +617,9 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
         qk_kind = groups["qk"].kind if "qk" in groups and head_similarity == "auto" else None
         sa, sb = ((centred_scores(fa, arch.norm == "layernorm"), centred_scores(fb, arch.norm == "layernorm"))
                   if centred_keys else (fa, fb))
-        if "heads" in groups:
+        if not permutations:
+            pass
+        elif "heads" in groups:
             perm = match_heads(sa, sb, qk_kind)
             t.elements[group_name("heads", i)] = perm
             fb = tuple(f[perm.src] for f in fb)
@@ -639,7 +644,7 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
                     continue
                 c = fit_head_maps(groups[role].kind, xa, xb, ya, yb)
                 t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float())
-        if "mlp" in groups:
+        if "mlp" in groups and permutations:
             gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
             units.submit(i, gated_mlp_similarity(view_a, rotated_b, i) if gated
                          else mlp_similarity(view_a, rotated_b, i, unit_similarity))
@@ -771,7 +776,8 @@ TOL = 3e-3
 def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
           tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
-          unit_similarity: str = "inner", weighting: str = "norms", restarts: int | None = None):
+          unit_similarity: str = "inner", weighting: str = "norms", restarts: int | None = None,
+          algorithm: str = "auto"):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
@@ -782,7 +788,14 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     tensor weights (_weight); `restarts`: weight_matching's, None for default_restarts (2 up to
     AUTO_RESTARTS_UP_TO = 2^25 parameters, else 1). The candidates behind these last five were measured on the
     tuning pairs of benchmarks/suite.py (benchmarks/README.md): restarts=2 beat one start there, which made it the
-    default where it is cheap; none of the others did."""
+    default where it is cheap; none of the others did. `algorithm` (ALGORITHMS): "glmc", this module's
+    alternation; "paper", the paper's own (glmc/matching/paper.py: of the options above it takes `iterations`,
+    `residual` and `data`, whose seen tokens it always uses), followed in native mode by per-head maps fitted given
+    its residual map and permutations; "auto": "paper" in circuit mode, "glmc" in native mode."""
+    glmc_only = dict(fill=fill, head_similarity=head_similarity, tol=tol, seen_tokens=seen_tokens,
+                     centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
+    if resolve_algorithm(model_a, mode, algorithm, **glmc_only) == "paper":
+        return _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps)
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     restarts = default_restarts(view_a) if restarts is None else restarts
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
@@ -795,3 +808,57 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
               "transform": t.describe(), "distance_before": log[0]["distance"]}
     probes = free_probes(view_b, arch.n_layer) if fill else None
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)
+
+
+ALGORITHMS = ("auto", "glmc", "paper")
+# "auto" uses the family's declared algorithm (Arch.weight_matching) in native mode only up to this many parameters:
+# the paper's L1 unit costs (d_mlp² rows of 2d+1 per layer) and fixed 15 iterations took GPT-2-124M's weight
+# matching past 10 minutes on 2 cores, against ~60 s for glmc's (issue #18)
+PAPER_UP_TO = 1 << 25
+# align's options resolve_algorithm does not read (every other one it may be given by name)
+PAPER_OPTIONS = ("iterations", "residual", "head_maps", "progress", "data")
+_GLMC_DEFAULTS = dict(fill=False, head_similarity="auto", tol=TOL, seen_tokens=False, centred_keys=False,
+                      unit_similarity="inner", weighting="norms", restarts=None)
+
+
+def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **glmc_options) -> str:
+    """"glmc" or "paper": what align runs. "auto": the paper's in circuit mode; in native mode the family's
+    declared one (Arch.weight_matching) up to PAPER_UP_TO parameters, and glmc's when any option only glmc's
+    alternation takes (restarts, weighting, fill, …) is given a value other than its default."""
+    from glmc.adapters import adapter_for
+
+    if algorithm not in ALGORITHMS:
+        raise BadOption(f"unknown weight-matching algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    if algorithm != "auto":
+        return algorithm
+    if mode == "circuit":
+        return "paper"
+    if any(glmc_options.get(k, v) != v for k, v in _GLMC_DEFAULTS.items()):
+        return "glmc"
+    small = sum(p.numel() for p in model.parameters()) <= PAPER_UP_TO
+    return adapter_for(model).arch(model).weight_matching if small else "glmc"
+
+
+def _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps):
+    """align(algorithm="paper"): the paper's alternation (glmc/matching/paper.py), then in native mode the
+    per-head maps that bring B's factors onto A's given its residual map and permutations."""
+    from glmc.matching.paper import paper_weight_matching
+
+    if restarts not in (None, 1):
+        raise BadOption("the paper's weight matching runs from one first map; drop --restarts, or use "
+                        "--algorithm glmc")
+    adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name here
+    rows = seen_token_rows(data, view_a) if data is not None else None
+    t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
+    seen = None if not rows else int(rows["embed"].sum())
+    head_maps = head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
+    if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
+        maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
+        t = t.then(maps, arch)
+        log.append({"step": "head maps", "distance": streamed_distance(view_a, view_b, t.elements, arch)})
+    report = {"method": "weight", "mode": mode, "algorithm": "paper", "residual": residual_kind(arch, residual),
+              "head_maps": head_maps, "restarts": 1, "seen_token_rows": seen, "iterations": log,
+              "transform": t.describe(),
+              "distance_before": log[0]["distance"]}
+    return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
