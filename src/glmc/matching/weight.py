@@ -33,7 +33,8 @@ default. `scale-rotation` QK maps are solved per rotary plane in closed form
 (a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
 with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).
-Circuit mode (`--mode circuit`) runs the paper's own alternation instead (glmc/matching/paper.py; `algorithm`).
+Circuit mode, and GPT-2 below 2^25 parameters (its declared Arch.weight_matching), run the paper's own alternation
+instead (glmc/matching/paper.py; `algorithm`, resolve_algorithm).
 Stops when an iteration lowers the relative distance by less than `tol` (3e-3 for the weight method, TOL), or
 after `iterations`. Memory: the alternation walks the model one block at a time (layer_chunks), never holding a
 transformed copy of the whole model; big similarities and residual crosses are float32 products with float64
@@ -617,13 +618,11 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
         qk_kind = groups["qk"].kind if "qk" in groups and head_similarity == "auto" else None
         sa, sb = ((centred_scores(fa, arch.norm == "layernorm"), centred_scores(fb, arch.norm == "layernorm"))
                   if centred_keys else (fa, fb))
-        if not permutations:
-            pass
-        elif "heads" in groups:
+        if permutations and "heads" in groups:
             perm = match_heads(sa, sb, qk_kind)
             t.elements[group_name("heads", i)] = perm
             fb = tuple(f[perm.src] for f in fb)
-        elif "kv_heads" in groups:
+        elif permutations and "kv_heads" in groups:
             n_kv = groups["kv_heads"].size
             kv, query = match_grouped_heads(sa, sb, arch.n_head // n_kv, qk_kind)
             t.elements[group_name("kv_heads", i)] = kv
@@ -791,7 +790,7 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     default where it is cheap; none of the others did. `algorithm` (ALGORITHMS): "glmc", this module's
     alternation; "paper", the paper's own (glmc/matching/paper.py: of the options above it takes `iterations`,
     `residual` and `data`, whose seen tokens it always uses), followed in native mode by per-head maps fitted given
-    its residual map and permutations; "auto": "paper" in circuit mode, "glmc" in native mode."""
+    its residual map and permutations; "auto": resolve_algorithm's choice."""
     glmc_only = dict(fill=fill, head_similarity=head_similarity, tol=tol, seen_tokens=seen_tokens,
                      centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
     if resolve_algorithm(model_a, mode, algorithm, **glmc_only) == "paper":
@@ -848,7 +847,8 @@ def _align_paper(model_a, model_b, iterations, residual, data, progress, restart
         raise BadOption("the paper's weight matching runs from one first map; drop --restarts, or use "
                         "--algorithm glmc")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
-    adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name here
+    if mode == "circuit":
+        adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name
     rows = seen_token_rows(data, view_a) if data is not None else None
     t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
     seen = None if not rows else int(rows["embed"].sum())
@@ -859,6 +859,5 @@ def _align_paper(model_a, model_b, iterations, residual, data, progress, restart
         log.append({"step": "head maps", "distance": streamed_distance(view_a, view_b, t.elements, arch)})
     report = {"method": "weight", "mode": mode, "algorithm": "paper", "residual": residual_kind(arch, residual),
               "head_maps": head_maps, "restarts": 1, "seen_token_rows": seen, "iterations": log,
-              "transform": t.describe(),
-              "distance_before": log[0]["distance"]}
+              "transform": t.describe(), "distance_before": log[0]["distance"]}
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
