@@ -31,7 +31,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--algorithm", default="auto", show_default=True, type=click.Choice(["auto", "glmc", "paper"]),
               help="Weight matching: glmc's alternation, or the paper's (its costs, residual blocks and 15 iterations; "
                    "glmc/matching/paper.py; in native mode followed by per-head maps) [auto: paper with --mode "
-                   "circuit, else glmc].")
+                   "circuit; else the family's (GPT-2: paper up to 2^25 parameters), glmc when --restarts is "
+                   "given].")
 @click.option("--batches", "act_batches", default=32, show_default=True, type=click.IntRange(min=1),
               help="Activation matching: training batches to correlate.")
 @click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching: optimiser steps [300].")
@@ -111,10 +112,11 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
 
 def _training_tokens(model_dir, model, data_kw):
     """The data whose training split tells the paper's residual fit which embedding rows were trained: the
-    given --data, or the model's own (glmc.json); without either, every row takes part."""
-    if data_kw.get("data") is not None:
-        return load_eval_data(model_dir, model=model, **data_kw)[0]
+    given --data (its errors are reported), or the model's own (glmc.json); without either, every row takes part
+    (align.json's seen_token_rows says which)."""
     try:
         return load_eval_data(model_dir, model=model, **data_kw)[0]
-    except click.ClickException:  # align.json says which rows were used (seen_token_rows)
+    except click.ClickException:
+        if data_kw.get("data") is not None:
+            raise
         return None
