@@ -59,6 +59,35 @@ def test_latent_starts_at_its_element(name):
     assert torch.allclose(_dense(back).double(), _dense(g).double(), atol=1e-5)
 
 
+@pytest.mark.parametrize("name, batch", [("permutation", None), ("grouped-permutation", 3), ("signed-permutation", None),
+                                         ("diagonal", None)])
+@pytest.mark.parametrize("mode", ["co", "contra"])
+def test_structured_learned_maps_equal_the_dense_product(name, batch, mode):
+    """Learned matching applies permutations by indexing and scales elementwise; values and the gradients into
+    the latent and into the moved tensor must be those of the dense matrix product, on every axis, also for a
+    map shared by r consecutive entries (heads over their dimensions)."""
+    gen = torch.Generator().manual_seed(3)
+    k, n = kind(name), 6
+    z0 = k.latent(k.random(n, batch, gen), batch=batch).double()
+    z0 = z0 + 0.3 * torch.randn(z0.shape, generator=gen, dtype=torch.float64)  # off one-hot: a real gradient
+    for shape, axis in [((n, 5), 0), ((4, n), 1), ((3, 2 * n, 2), 1), ((n,), 0), ((2, 3 * n), -1)]:
+        grads, values = [], []
+        for structured in (True, False):
+            z = z0.clone().requires_grad_(True)
+            t = torch.randn(shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64,
+                            requires_grad=True)
+            g = k.differentiable(z) if structured else DenseMap(k.project(z), k.orthogonal)
+            assert isinstance(g, DenseMap) != structured
+            out = g.act(t, axis, mode)
+            (out * torch.linspace(-1, 2, out.numel(), dtype=torch.float64).view(out.shape)).sum().backward()
+            values.append(out.detach())
+            grads.append((z.grad, t.grad))
+        assert torch.allclose(values[0], values[1], atol=1e-12)
+        assert torch.allclose(grads[0][0], grads[1][0], atol=1e-10)
+        assert torch.allclose(grads[0][1], grads[1][1], atol=1e-10)
+        assert grads[0][0].abs().sum() > 0
+
+
 def test_subgroups_are_declared_as_such():
     assert kind("orthogonal").admits("orthogonal-fixing-ones") and kind("orthogonal").admits("signed-permutation")
     assert kind("orthogonal-fixing-ones").admits("permutation")

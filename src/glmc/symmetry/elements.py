@@ -25,11 +25,14 @@ copy) then serving r consecutive entries — the query heads that share one key/
 attention. Which kinds of element a group allows is declared in glmc/symmetry/kinds.py and spec.py.
 
 `DenseMap` is the differentiable form learned matching trains: a dense matrix acting in the tensor's own dtype,
-with the contravariant side taken as the matrix itself when it is orthogonal (permutations included).
+with the contravariant side taken as the matrix itself when it is orthogonal. Two structured forms give the same
+values and gradients at a fraction of the cost: `PermutationDenseMap` (a straight-through permutation, applied by
+indexing) and `DiagonalDenseMap` (scales, applied elementwise).
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -292,3 +295,90 @@ class DenseMap:
                 m = torch.kron(m, torch.eye(r, dtype=m.dtype, device=m.device))
             return torch.tensordot(t.movedim(axis, -1), m, dims=1).movedim(-1, axis)
         return batched_matmul(t, shared_copies(m, t.shape[batch_axis % t.ndim]), axis, batch_axis, torch.matmul)
+
+
+class _SignedGather(torch.autograd.Function):
+    """x·P along axis 1 of x [a, n·r, b] (each entry of P serving r consecutive entries) for a signed permutation
+    matrix P known by its indices (P[src[j], j] = sign[j]). The forward is a gather; the backward gives the
+    gradient the dense product would, into x by the inverse gather and into P by one contraction, skipping the
+    two n×n matmuls over the whole tensor that the dense product costs."""
+
+    @staticmethod
+    def forward(ctx, x, p, src, inv, sign, r):
+        a, _, b = x.shape
+        n = src.numel()
+        out = x.reshape(a, n, r, b).index_select(1, src)
+        if sign is not None:
+            out = out * sign.to(x.dtype).view(1, n, 1, 1)
+        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, inv, sign)
+        ctx.r = r
+        return out.view(a, n * r, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, inv, sign = ctx.saved_tensors
+        a, _, b = g.shape
+        n, r = inv.numel(), ctx.r
+        g = g.reshape(a, n, r, b)
+        grad_x = grad_p = None
+        if ctx.needs_input_grad[0]:
+            signed = g if sign is None else g * sign.to(g.dtype).view(1, n, 1, 1)
+            grad_x = signed.index_select(1, inv).view(a, n * r, b)
+        if ctx.needs_input_grad[1]:
+            grad_p = _contract(x.reshape(a, n, r * b), g.reshape(a, n, r * b))
+        return grad_x, grad_p, None, None, None, None
+
+
+def _contract(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Σ_{a,s} x[a, i, s]·g[a, j, s]: one matmul where a layout allows it (einsum's permutes cost more than the
+    product for the small tensors of a small model)."""
+    if x.shape[0] == 1:
+        return x[0] @ g[0].t()
+    if x.shape[2] == 1:
+        return x[..., 0].t() @ g[..., 0]
+    return torch.einsum("ais,ajs->ij", x, g)
+
+
+@dataclass
+class PermutationDenseMap:
+    """A differentiable (signed) permutation for learned matching: `matrix` equals a signed permutation matrix in
+    value (a hard projection, with a straight-through gradient into its latent), and acts by indexing. Same
+    results and gradients as DenseMap(matrix), without its dense products; orthogonal, so both modes agree."""
+
+    matrix: torch.Tensor
+
+    def __post_init__(self):
+        hard = self.matrix.detach()
+        self.src = hard.abs().argmax(0)
+        self.inv = torch.argsort(self.src)
+        sign = hard[self.src, torch.arange(hard.shape[1], device=hard.device)]
+        self.sign = None if bool((sign == 1).all()) else sign
+
+    def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
+        if batch_axis is not None:
+            return DenseMap(self.matrix).act(t, axis, mode, batch_axis)
+        axis = axis % t.ndim
+        n, size = self.src.numel(), t.shape[axis]
+        if size % n:
+            raise ValueError(f"a permutation of {n} entries cannot act on an axis of {size}")
+        x = t.reshape(math.prod(t.shape[:axis]), size, math.prod(t.shape[axis + 1:]))
+        return _SignedGather.apply(x, self.matrix.to(t.dtype), self.src, self.inv, self.sign, size // n).view(t.shape)
+
+
+@dataclass
+class DiagonalDenseMap:
+    """Differentiable non-zero scales s (learned matching's diagonal groups): "co" multiplies by s, "contra"
+    divides; elementwise, where a DenseMap of diag(s) would cost a dense product and an inverse."""
+
+    scale: torch.Tensor
+
+    def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
+        if batch_axis is not None or mode == "copy":
+            raise ValueError("a scale map acts on one unbatched axis, covariantly or contravariantly")
+        axis = axis % t.ndim
+        s = self.scale.to(t.dtype)
+        if t.shape[axis] != s.numel():  # shared by r consecutive entries
+            s = s.repeat_interleave(t.shape[axis] // s.numel())
+        shape = [1] * t.ndim
+        shape[axis] = s.numel()
+        return t * s.view(shape) if mode == "co" else t / s.view(shape)

@@ -9,6 +9,9 @@ that needs to know the group reads the kind from here, never from a group's name
                              old coordinates and columns the new ones (x ↦ x·E): weight and activation matching
   latent(e) / project(z)     learned matching's parameters, started at element e, and their (differentiable)
                              projection onto the group as a dense matrix (`hard`: the exact element's matrix)
+  differentiable(z)          the projection as an element that acts on tensors (learned matching's forward and
+                             backward): a DenseMap of `project`, or a structured form with the same values and
+                             gradients (indexing for permutations, elementwise scales for diagonals)
   element(dense)             the exact element a hard projection stands for
   embed(n, m)                residual kinds only: the exact rectangular map of an N-wide stream into an M-wide
                              one that widening uses (its readers' and writers' side of the same group)
@@ -29,7 +32,7 @@ import math
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
+from glmc.symmetry.elements import DenseMap, DiagonalDenseMap, IndexMap, LinearMap, PermutationDenseMap, ScaleMap
 from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn, src_of
 
 
@@ -82,6 +85,9 @@ class Kind:
     def project(self, z, hard=False, soft=False) -> torch.Tensor:
         self._missing("learned parametrisation")
 
+    def differentiable(self, z, hard=False, soft=False):
+        return DenseMap(self.project(z, hard=hard, soft=soft), self.orthogonal)
+
     def element(self, dense):
         self._missing("learned parametrisation")
 
@@ -110,6 +116,10 @@ class Permutation(Kind):
         if hard:
             return hard_permutation(z)
         return sinkhorn(z) if soft else hungarian_ste(z)
+
+    def differentiable(self, z, hard=False, soft=False):
+        p = self.project(z, hard=hard, soft=soft)
+        return DenseMap(p) if soft and not hard else PermutationDenseMap(p)
 
     def element(self, dense):
         return IndexMap(src_of(dense.detach().cpu()), None, dense.shape[0])
@@ -246,6 +256,9 @@ class SignedPermutation(Orthogonal):
         h = self._hard(z)
         return h if hard else h + z - z.detach()
 
+    def differentiable(self, z, hard=False, soft=False):
+        return PermutationDenseMap(self.project(z, hard=hard, soft=soft))
+
 
 class Invertible(Kind):
     name = "invertible"
@@ -330,6 +343,9 @@ class Diagonal(Kind):
 
     def project(self, z, hard=False, soft=False):
         return torch.diag_embed(z)
+
+    def differentiable(self, z, hard=False, soft=False):
+        return DiagonalDenseMap(z)
 
     def element(self, dense):
         return ScaleMap(torch.diagonal(dense.detach().cpu().double(), dim1=-2, dim2=-1))

@@ -1,9 +1,9 @@
 """A Transform: one group element per symmetry group of a model, and the one interpreter of the spec.
 
 `apply_elements` is the only code that applies group elements to a canonical view: exact elements (IndexMap,
-LinearMap, ScaleMap) for transforms, differentiable DenseMaps for learned matching. Which groups exist, in which
-order they apply and which batch axes follow which permutation all come from the model's declarations
-(`arch.groups`, glmc/symmetry/spec.py); nothing here depends on a group's name.
+LinearMap, ScaleMap) for transforms, differentiable ones (DenseMap and its structured forms) for learned
+matching. Which groups exist, in which order they apply and which batch axes follow which permutation all come
+from the model's declarations (`arch.groups`, glmc/symmetry/spec.py); nothing here depends on a group's name.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from glmc.io import atomic_path
-from glmc.symmetry.elements import DenseMap, IndexMap, LinearMap, ScaleMap
+from glmc.symmetry.elements import DenseMap, DiagonalDenseMap, IndexMap, LinearMap, PermutationDenseMap, ScaleMap
 from glmc.symmetry.spec import group_name, instantiate, split_name
 
-Element = IndexMap | LinearMap | ScaleMap | DenseMap
+Element = IndexMap | LinearMap | ScaleMap | DenseMap | PermutationDenseMap | DiagonalDenseMap
 ELEMENT_TYPES = {c.__name__: c for c in (IndexMap, LinearMap, ScaleMap)}
 
 
