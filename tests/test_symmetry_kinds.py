@@ -59,8 +59,8 @@ def test_latent_starts_at_its_element(name):
     assert torch.allclose(_dense(back).double(), _dense(g).double(), atol=1e-5)
 
 
-@pytest.mark.parametrize("name, batch", [("permutation", None), ("grouped-permutation", 3), ("signed-permutation", None),
-                                         ("diagonal", None)])
+@pytest.mark.parametrize("name, batch", [("permutation", None), ("grouped-permutation", 3),
+                                         ("signed-permutation", None), ("diagonal", None)])
 @pytest.mark.parametrize("mode", ["co", "contra"])
 def test_structured_learned_maps_equal_the_dense_product(name, batch, mode):
     """Learned matching applies permutations by indexing and scales elementwise; values and the gradients into
