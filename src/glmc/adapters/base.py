@@ -167,6 +167,11 @@ class Adapter:
         out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
         return self.output_logits(model, out)
 
+    def output_head(self, model) -> str | None:
+        """The name of the linear module that turns the final hidden states into the logits, where a training loss
+        may be computed from the hidden states (glmc/models/head_loss.py); None: from the logits only."""
+        return None
+
     def batch_of(self, inputs: torch.Tensor) -> dict:
         """A batch holding only the model input (what probe_inputs returns)."""
         return {self.input_key: inputs}

@@ -7,6 +7,8 @@ import contextlib
 import json
 from pathlib import Path
 
+import torch
+
 ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
                "sigmoid", "gelu_accurate", "mish"}
 
@@ -154,6 +156,12 @@ class TokenLM:
 
     def native_inputs(self, model, batch):
         return (), {"input_ids": batch[self.input_key], "use_cache": False}
+
+    def output_head(self, model):
+        head = model.get_output_embeddings()
+        if not isinstance(head, torch.nn.Linear):
+            return None
+        return next((name for name, module in model.named_modules() if module is head), None)
 
 
 def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):

@@ -60,6 +60,14 @@ def adapter_for_dir(path) -> Adapter:
     raise UnsupportedModel(f"{path} holds no model glmc can load (files: {', '.join(files)}); glmc reads {formats}")
 
 
+def output_head(model) -> tuple[str, torch.nn.Linear] | None:
+    """(name, module) of the linear head whose input is the final hidden state (Adapter.output_head), or None."""
+    if getattr(model, "reads_batch", False):
+        return None
+    name = adapter_for(model, check=False).output_head(model)
+    return None if name is None else (name, model.get_submodule(name))
+
+
 def forward(model, batch: dict, params: dict | None = None) -> torch.Tensor:
     """Logits of `model` on a glmc.data batch, optionally with `params` substituted (functional_call). glmc's own
     models that read a batch dict themselves (`reads_batch = True`, e.g. the circuit form) are called with it."""

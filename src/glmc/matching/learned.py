@@ -13,6 +13,9 @@ Latent parameters for every declared group, initialised at the weight-matching s
 Each step: project, build π(θ_B) from the canonical view, draw λ, evaluate the training loss of
 (1−λ)·θ_A + λ·π(θ_B) on a training batch (the model is called with the substituted parameters through
 torch.func.functional_call, no copy), back-propagate into the latents, AdamW step (cosine schedule, warmup).
+What keeps a step near the cost of a plain training step (benchmarks/learned_speed.py): permutations act by
+indexing with the dense product's gradient, scales elementwise (Kind.differentiable), and a language model's loss
+is taken from its final hidden states in one pass over the logits (glmc/models/head_loss.py).
 Every `eval_every` steps the hard projection is scored on validation batches (`score_points`); the best is kept,
 and training stops early after `patience` checks without improvement. The result is projected to exact
 symmetries (soft permutations are rounded by Hungarian), so B′ = π(B) has B's function, checked before
@@ -40,9 +43,8 @@ from glmc.matching import nullspace
 from glmc.matching.checkpointing import checkpointed
 from glmc.matching.common import canonical_pair, finish
 from glmc.matching.weight import weight_matching
-from glmc.models.evaluate import loss_and_correct, summed
+from glmc.models.evaluate import summed, training_loss
 from glmc.paths.interpolate import eval_dtype
-from glmc.symmetry.elements import DenseMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements
@@ -97,12 +99,9 @@ class Latents(torch.nn.Module):
         return [self.z[_key(n)] for n, k in self.kinds.items() if kind(k).discrete]
 
     def dense(self, hard: bool = False) -> dict:
-        """group name -> DenseMap of its current projection (differentiable unless `hard`)."""
-        out = {}
-        for name, k in self.kinds.items():
-            group = kind(k)
-            out[name] = DenseMap(group.project(self.z[_key(name)], hard=hard, soft=self.soft), group.orthogonal)
-        return out
+        """group name -> its current projection as an element acting on tensors (differentiable unless `hard`)."""
+        return {name: kind(k).differentiable(self.z[_key(name)], hard=hard, soft=self.soft)
+                for name, k in self.kinds.items()}
 
     @torch.no_grad()
     def transform(self) -> Transform:
@@ -114,6 +113,14 @@ class Latents(torch.nn.Module):
             group, z = kind(k), self.z[_key(name)].detach().to("cpu", torch.float64)
             out[name] = group.element(group.project(z, hard=True, soft=self.soft))
         return Transform(out)
+
+
+def _mix(weights, tensors) -> torch.Tensor:
+    """Σ weights[m]·tensors[m] in one multiply and one fused multiply-add per further tensor."""
+    out = tensors[0] * weights[0]
+    for w, t in zip(weights[1:], tensors[1:]):
+        out = out.add(t, alpha=w)
+    return out
 
 
 def _key(name: str) -> str:
@@ -203,8 +210,8 @@ class LearnedMatcher:
             from glmc.view.circuit import circuit_params
 
             reps = [circuit_params(m, self.arch.n_layer) for m in moved]
-            return self.template.state({k: sum(w * r[k] for w, r in zip(weights, reps)) for k in reps[0]})
-        mixed = {k: sum(w * m[k] for w, m in zip(weights, moved)) for k in self.views[0]}
+            return self.template.state({k: _mix(weights, [r[k] for r in reps]) for k in reps[0]})
+        mixed = {k: _mix(weights, [m[k] for m in moved]) for k in self.views[0]}
         return self.adapter.native_state(mixed, self.template)
 
     def batch_loss(self, batch, params) -> torch.Tensor:
@@ -215,14 +222,15 @@ class LearnedMatcher:
         if distributed.rows(part):
             with (torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None),
                   checkpointed(self.blocks)):
-                loss, _, n = loss_and_correct(self.template, part, self.task, params=params, device=self.device)
+                loss, n = training_loss(self.template, part, self.task, params=params, device=self.device)
         else:  # fewer rows than processes
             loss, n = torch.zeros((), device=self.device), 0
         return loss / distributed.all_sum([n])[0]
 
     @torch.no_grad()
     def mean_loss(self, batches, weights, hard=True) -> float:
-        total, _, n = summed(self.template, batches, self.task, self.params_at(weights, hard), self.device)
+        total, _, n = summed(self.template, batches, self.task, self.params_at(weights, hard), self.device,
+                             accuracy=False)
         return total / n
 
     def transforms(self) -> list[Transform]:

@@ -14,11 +14,14 @@ batch and add the sums across processes: every process gets the single-process f
 additions.
 """
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
 from glmc import distributed
-from glmc.adapters import forward
+from glmc.adapters import forward, output_head
+from glmc.models.head_loss import linear_cross_entropy
 
 IGNORE_INDEX = -100
 
@@ -59,15 +62,58 @@ def loss_and_correct(model, batch: dict, task=None, params=None, device=None):
     return loss, correct, int(counted.sum())
 
 
-def summed(model, batches, task=None, params=None, device=None) -> tuple[float, int, int]:
+def training_loss(model, batch: dict, task=None, params=None, device=None):
+    """(summed cross-entropy, number of predictions) for a training step: loss_and_correct's loss without the
+    accuracy; for a language model with a linear head, computed from the final hidden states in one pass over the
+    logits (glmc/models/head_loss.py), which is what makes a large vocabulary's step cheaper."""
+    task = task or task_of_batch(batch)
+    device = device or model_device(model)
+    head = output_head(model) if task == "lm" and not torch.is_autocast_enabled(device.type) else None
+    if head is None:  # low precision keeps the logits' usual path, where autocast chooses each op's dtype
+        loss, _, n = loss_and_correct(model, batch, task, params, device)
+        return loss, n
+    name, module = head
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    with _passing_through(module):
+        hidden = forward_logits(model, batch, params)
+    weight, bias = (_substituted(model, params or {}, t) for t in (module.weight, module.bias))
+    target = batch["targets"].reshape(-1)
+    loss = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, bias, target, IGNORE_INDEX)
+    return loss, int((target != IGNORE_INDEX).sum())
+
+
+def _substituted(model, params: dict, tensor):
+    """What `params` puts in place of one of the model's parameters, under any of its names (a tied head's weight
+    is the embedding's, which is the name `params` holds), or the parameter itself."""
+    if tensor is None:
+        return None
+    names = (n for n, p in model.named_parameters(remove_duplicate=False) if p is tensor)
+    return next((params[n] for n in names if n in params), tensor)
+
+
+@contextlib.contextmanager
+def _passing_through(module):
+    """Within the block, `module` returns its input: the model's output is then its final hidden states."""
+    module.forward = lambda x, *args, **kwargs: x
+    try:
+        yield
+    finally:
+        del module.forward  # the instance attribute: the class's forward is back
+
+
+def summed(model, batches, task=None, params=None, device=None, accuracy: bool = True) -> tuple[float, int, int]:
     """(summed loss, number correct, number of predictions) over an iterable of batches; under a multi-process
-    launch, this process's share of each batch, added up over the processes. Grad mode is left to the caller."""
+    launch, this process's share of each batch, added up over the processes. Grad mode is left to the caller.
+    Without `accuracy` the number correct is 0 and the loss is training_loss's (cheaper for a large vocabulary)."""
     total, correct, n = 0.0, 0, 0
     for batch in batches:
         part = distributed.shard(batch)
         if not distributed.rows(part):  # a batch with fewer rows than processes
             continue
-        loss, right, count = loss_and_correct(model, part, task, params, device)
+        if accuracy:
+            loss, right, count = loss_and_correct(model, part, task, params, device)
+        else:
+            (loss, count), right = training_loss(model, part, task, params, device), 0
         total += float(loss)
         correct += int(right)
         n += count
