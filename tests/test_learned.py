@@ -94,6 +94,22 @@ def test_learned_matching_returns_an_exact_symmetry(gpt2_pair):
     assert r["steps"] == 12 and len(r["history"]) == 3 and r["seconds_per_step"] > 0
 
 
+def test_a_time_budget_scores_its_last_step(gpt2_pair):
+    """A `minutes` budget that runs out between validations still scores where it stopped: the steps after the
+    last check are not thrown away (a budget shorter than eval_every used to return the weight-matching start)."""
+    import glmc.data
+    from glmc.matching import align
+    from glmc.models import load_model
+
+    a, _ = load_model(gpt2_pair[0])
+    b, _ = load_model(gpt2_pair[1])
+    ds = glmc.data.load_for_model(gpt2_pair[0])
+    r = align(a, b, "learned", data=ds, minutes=1e-4, eval_every=50, eval_batches=2, iterations=3,
+              progress=False).report
+    assert 1 <= r["steps"] < 50
+    assert [h["step"] for h in r["history"]] == [0, r["steps"]]
+
+
 @pytest.mark.slow
 def test_learned_matching_on_timm_vits_with_soft_permutations(tmp_path):
     """timm ViTs trained on digits; the soft (Sinkhorn) variant still returns an exact symmetry and reports how

@@ -304,7 +304,8 @@ class LearnedMatcher:
         def out_of_time():  # every process stops at the same step, whatever its own clock says
             return minutes is not None and distributed.any_process(time.perf_counter() - t0 >= 60 * minutes)
 
-        while (total is None or step < total) and not out_of_time():
+        last = total == 0 or out_of_time()
+        while not last:
             ts = time.perf_counter()
             loss = self.train_step(next(batches), sample_weights(sampler, k, rng, bias, concentration), opt)
             sched.step()
@@ -312,7 +313,8 @@ class LearnedMatcher:
             step_times.append(time.perf_counter() - ts)
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.4f}", best=f"{float(best['val_barrier']):.4f}")
-            if step % eval_every == 0 or step == total:
+            last = step == total or out_of_time()
+            if step % eval_every == 0 or last:  # a time budget's last steps are scored too, not thrown away
                 b = score()
                 history.append({"step": step, "val_barrier": b, "train_loss": loss.item()})
                 if b < best["val_barrier"]:
