@@ -2,7 +2,8 @@
 
 Builds (or reuses, from benchmarks/scale.py's cache) two random-weight GPT-2-124M-shaped checkpoints, then in two
 child processes, each measured alone (wall time per step, peak resident memory from wait4):
-  plain    one AdamW step of model A on a batch of random tokens (forward, backward, step)
+  plain    one AdamW step of model A on a batch of random tokens (forward to the logits, F.cross_entropy,
+           backward, step): a user's plain training step
   learned  one learned-matching step (LearnedMatcher.train_step: project the latents, build π(θ_B), interpolate
            at λ = ½, forward, backward into the latents, AdamW step), started from one weight-matching iteration
   learned-checkpoint  the same step with gradient checkpointing (`glmc align --checkpoint`)
@@ -36,9 +37,10 @@ def _batch(vocab: int, batch: int, context: int):
 
 def part_plain(a_path: str, batch: int, context: int, steps: int, device: str) -> dict:
     import torch
+    import torch.nn.functional as F
 
     from glmc.api import load_model
-    from glmc.models.evaluate import loss_and_correct
+    from glmc.models.evaluate import forward_logits
 
     model = load_model(a_path, device=device)
     data = _batch(model.config.vocab_size, batch, context)
@@ -48,9 +50,10 @@ def part_plain(a_path: str, batch: int, context: int, steps: int, device: str) -
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        loss, _, n = loss_and_correct(model, data, "lm")
+        logits = forward_logits(model, data)  # what a user's training step does: the logits, then the loss
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), data["targets"].reshape(-1))
         opt.zero_grad()
-        (loss / n).backward()
+        loss.backward()
         opt.step()
         _sync(device)
         if i:
