@@ -169,7 +169,8 @@ class Adapter:
 
     def output_head(self, model) -> str | None:
         """The name of the linear module that turns the final hidden states into the logits, where a training loss
-        may be computed from the hidden states (glmc/models/head_loss.py); None: from the logits only."""
+        may be computed from the hidden states (glmc/models/head_loss.py); None: from the logits only. Only for
+        models whose logits are exactly that module's output (no scaling or soft-capping after it)."""
         return None
 
     def batch_of(self, inputs: torch.Tensor) -> dict:
