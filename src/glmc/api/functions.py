@@ -117,7 +117,7 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     """
     from glmc.matching import METHODS, _method_function
     from glmc.matching import align as match
-    from glmc.matching.weight import PAPER_OPTIONS, resolve_algorithm
+    from glmc.matching.weight import resolve_algorithm
 
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
@@ -125,7 +125,7 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
         if options.get("seen_tokens"):
             options["data"] = resolve_data(data, model_a, required="weight matching with seen_tokens=True")
-        elif resolve_algorithm(model_a, **{k: v for k, v in options.items() if k not in PAPER_OPTIONS}) == "paper":
+        elif resolve_algorithm(model_a, **options) == "paper":
             options["data"] = resolve_data(data, model_a)  # the paper's residual fit uses seen tokens where known
     elif func is not None and "data" in _parameters(func):
         options["data"] = resolve_data(data, model_a, required=f"{method} matching")

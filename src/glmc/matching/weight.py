@@ -814,16 +814,15 @@ ALGORITHMS = ("auto", "glmc", "paper")
 # the paper's L1 unit costs (d_mlp² rows of 2d+1 per layer) and fixed 15 iterations took GPT-2-124M's weight
 # matching past 10 minutes on 2 cores, against ~60 s for glmc's (issue #18)
 PAPER_UP_TO = 1 << 25
-# align's options resolve_algorithm does not read (every other one it may be given by name)
-PAPER_OPTIONS = ("iterations", "residual", "head_maps", "progress", "data")
 _GLMC_DEFAULTS = dict(fill=False, head_similarity="auto", tol=TOL, seen_tokens=False, centred_keys=False,
                       unit_similarity="inner", weighting="norms", restarts=None)
 
 
-def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **glmc_options) -> str:
+def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **options) -> str:
     """"glmc" or "paper": what align runs. "auto": the paper's in circuit mode; in native mode the family's
     declared one (Arch.weight_matching) up to PAPER_UP_TO parameters, and glmc's when any option only glmc's
-    alternation takes (restarts, weighting, fill, …) is given a value other than its default."""
+    alternation takes (restarts, weighting, fill, …) is given a value other than its default. Other options (any of
+    align's) are ignored, so a caller may pass all of its own."""
     from glmc.adapters import adapter_for
 
     if algorithm not in ALGORITHMS:
@@ -832,7 +831,7 @@ def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **gl
         return algorithm
     if mode == "circuit":
         return "paper"
-    if any(glmc_options.get(k, v) != v for k, v in _GLMC_DEFAULTS.items()):
+    if any(options.get(k, v) != v for k, v in _GLMC_DEFAULTS.items()):
         return "glmc"
     small = sum(p.numel() for p in model.parameters()) <= PAPER_UP_TO
     return adapter_for(model).arch(model).weight_matching if small else "glmc"

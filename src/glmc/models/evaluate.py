@@ -50,8 +50,7 @@ def loss_and_correct(model, batch: dict, task=None, params=None, device=None):
 
     Grad mode is left to the caller (training differentiates through the loss)."""
     task = task or task_of_batch(batch)
-    device = device or model_device(model)
-    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    batch = _on(device or model_device(model), batch)
     logits = forward_logits(model, batch, params).float()
     target = batch["targets"] if task == "lm" else batch["labels"]
     logits = logits.reshape(-1, logits.shape[-1])
@@ -73,13 +72,17 @@ def training_loss(model, batch: dict, task=None, params=None, device=None):
         loss, _, n = loss_and_correct(model, batch, task, params, device)
         return loss, n
     name, module = head
-    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    batch = _on(device, batch)
     with _passing_through(module):
         hidden = forward_logits(model, batch, params)
     weight, bias = (_substituted(model, params or {}, t) for t in (module.weight, module.bias))
     target = batch["targets"].reshape(-1)
     loss = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, bias, target, IGNORE_INDEX)
     return loss, int((target != IGNORE_INDEX).sum())
+
+
+def _on(device, batch: dict) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _substituted(model, params: dict, tensor):

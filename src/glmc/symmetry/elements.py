@@ -229,13 +229,7 @@ class ScaleMap:
     kind = "diagonal"
 
     def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
-        if batch_axis is not None or mode == "copy":
-            raise ValueError("a scale map acts on one unbatched axis, covariantly or contravariantly")
-        axis = axis % t.ndim
-        shape = [1] * t.ndim
-        shape[axis] = self.n
-        s = self.scale.to(t.device, torch.float64).view(shape)
-        return (t.double() * s if mode == "co" else t.double() / s).to(t.dtype)
+        return scaled(t.double(), self.scale.to(t.device), axis, mode, batch_axis).to(t.dtype)
 
     def inverse(self) -> "ScaleMap":
         return ScaleMap(1.0 / self.scale)
@@ -373,12 +367,18 @@ class DiagonalDenseMap:
     scale: torch.Tensor
 
     def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
-        if batch_axis is not None or mode == "copy":
-            raise ValueError("a scale map acts on one unbatched axis, covariantly or contravariantly")
-        axis = axis % t.ndim
-        s = self.scale.to(t.dtype)
-        if t.shape[axis] != s.numel():  # shared by r consecutive entries
-            s = s.repeat_interleave(t.shape[axis] // s.numel())
-        shape = [1] * t.ndim
-        shape[axis] = s.numel()
-        return t * s.view(shape) if mode == "co" else t / s.view(shape)
+        return scaled(t, self.scale, axis, mode, batch_axis)
+
+
+def scaled(t: torch.Tensor, scale: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
+    """t times (mode "co") or divided by ("contra") `scale` along `axis`, in t's dtype; a scale of n entries on an
+    axis of n·r serves r consecutive entries each."""
+    if batch_axis is not None or mode == "copy":
+        raise ValueError("a scale map acts on one unbatched axis, covariantly or contravariantly")
+    axis = axis % t.ndim
+    s = scale.to(t.dtype)
+    if t.shape[axis] != s.numel():
+        s = s.repeat_interleave(t.shape[axis] // s.numel())
+    shape = [1] * t.ndim
+    shape[axis] = s.numel()
+    return t * s.view(shape) if mode == "co" else t / s.view(shape)
