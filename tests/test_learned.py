@@ -238,3 +238,51 @@ def test_the_cli_learning_rate_default_is_the_library_default():
     from glmc.matching.learned import DEFAULT_LR
 
     assert next(p.default for p in command.params if p.name == "lr") == DEFAULT_LR
+
+
+def test_learned_matching_keeps_weight_matchings_permutations_unless_given_a_permutation_rate():
+    """At the default perm_lr 0 the permutation latents are constants (no gradient formed, not in the optimiser)
+    while the continuous maps train; a positive rate puts them back in the optimiser with gradients."""
+    from types import SimpleNamespace
+
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import DEFAULT_PERM_LR, LearnedMatcher
+    from glmc.matching.weight import weight_matching
+
+    assert DEFAULT_PERM_LR == 0.0
+    a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    adapter, arch, va, vb = canonical_pair(a, b)
+    init, _ = weight_matching(va, vb, arch, iterations=1, progress=False)
+    ids = torch.randint(0, 61, (4, 17), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids[:, :-1], "targets": ids[:, 1:]}
+    for perm_lr in (0.0, 0.5):
+        m = LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init])
+        opt = m.optimizer(lr=1e-2, perm_lr=perm_lr)
+        perm = m.latents[0].discrete()
+        rest = [p for p in m.latents.parameters() if all(p is not q for q in perm)]
+        start = [p.detach().clone() for p in rest]
+        for _ in range(3):
+            m.train_step(batch, [0.5, 0.5], opt)
+        assert perm and all(p.requires_grad == (perm_lr > 0) for p in perm)
+        assert sum(len(g["params"]) for g in opt.param_groups) == len(rest) + (len(perm) if perm_lr else 0)
+        assert all((p.grad is None) == (perm_lr == 0) for p in perm)
+        assert any(not torch.equal(p, s) for p, s in zip(rest, start))  # the continuous maps did train
+        if perm_lr == 0:
+            found = m.transforms()[0]
+            for name in found.groups():
+                if name.startswith(("heads.", "mlp.")):
+                    assert torch.equal(found[name].src, init[name].src), name
+
+
+def test_learned_perm_learns_its_permutations_and_learned_does_not(gpt2_pair):
+    import glmc.data
+    from glmc.matching import align
+    from glmc.matching.learned import PERMUTATIONS_ONLY_LR
+    from glmc.models import load_model
+
+    a, _ = load_model(gpt2_pair[0])
+    b, _ = load_model(gpt2_pair[1])
+    ds = glmc.data.load_for_model(gpt2_pair[0])
+    for method, rate in (("learned", 0.0), ("learned-perm", PERMUTATIONS_ONLY_LR)):
+        r = align(a, b, method, data=ds, steps=2, eval_every=2, eval_batches=1, iterations=1, progress=False).report
+        assert r["perm_lr"] == rate

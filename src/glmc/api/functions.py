@@ -100,11 +100,11 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 one up to 2^25 parameters (GPT-2: paper, ViT and Llama: glmc) unless a glmc-only option is given)
             activation: batches=32, batch_size=32, progress=True
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
-                lr=1e-2, perm_lr=0.02, sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed",
-                "gaussian"), bias=0.0, batch_size=32, eval_every=50, eval_batches=8, patience=None, seed=0,
-                soft=False, iterations=15 (of the weight-matching start), mode="native", autocast=None
-                ("bfloat16" / "float16": training steps in that precision), checkpoint=False (gradient
-                checkpointing of the blocks), progress=True
+                lr=2e-2, perm_lr=None (learned: 0, weight matching's permutations kept; learned-perm: 0.02),
+                sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed", "gaussian"), bias=0.0, batch_size=32,
+                eval_every=50, eval_batches=8, patience=None, seed=0, soft=False, iterations=15 (of the
+                weight-matching start), mode="native", autocast=None ("bfloat16" / "float16": training steps in
+                that precision), checkpoint=False (gradient checkpointing of the blocks), progress=True
             pairs of different widths: null_space="learned" (learned matching) or "fixed" / "off"
 
     Returns:

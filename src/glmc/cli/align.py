@@ -41,8 +41,11 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--epochs", default=None, type=POSITIVE, help="Learned matching: passes over the training split.")
 @click.option("--minutes", default=None, type=POSITIVE,
               help="Learned matching: wall-clock budget in minutes (instead of --steps).")
-@click.option("--lr", default=1e-2, show_default=True, type=POSITIVE,
+@click.option("--lr", default=2e-2, show_default=True, type=POSITIVE,
               help="Learned matching: peak learning rate (AdamW; chosen on the tuning pairs, benchmarks/README.md).")
+@click.option("--perm-lr", default=None, type=click.FloatRange(min=0),
+              help="Learned matching: learning rate of the permutation latents (straight-through) [learned: 0, "
+                   "weight matching's permutations kept; learned-perm: 0.02].")
 @click.option("--sampler", default=None, type=click.Choice(["narrow", "uniform", "fixed", "gaussian"]),
               help="Learned matching: λ sampler [narrow: U(0.4, 0.6); uniform: U(0, 1) for models of different "
                    "widths].")
@@ -65,9 +68,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, algorithm,
-            act_batches, steps,
-            epochs, minutes, lr, sampler, null_space, autocast, checkpoint, soft, eval_every, patience, mode, overwrite,
-            progress, **data_kw):
+            act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space, autocast, checkpoint, soft,
+            eval_every, patience, mode, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
@@ -89,8 +91,8 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     options = dict(data=ds, iterations=iterations, tol=tol, residual=residual, head_maps=not no_head_maps,
                    restarts=restarts, algorithm=algorithm,
                    progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes,
-                   lr=lr, sampler=sampler, null_space=null_space, autocast=autocast, checkpoint=checkpoint, soft=soft,
-                   eval_every=eval_every, patience=patience, mode=mode)
+                   lr=lr, perm_lr=perm_lr, sampler=sampler, null_space=null_space, autocast=autocast,
+                   checkpoint=checkpoint, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
     options = method_options(method, options)
     options.pop("data", None)
     t0 = time.perf_counter()
