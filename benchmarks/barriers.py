@@ -41,7 +41,8 @@ def train_pair(task: str, cache: Path, extra: list[str]) -> list[Path]:
     for seed in (0, 1):
         out = cache / f"{task}-seed{seed}"
         if not (out / "glmc.json").is_file():
-            cmd = ["glmc", "train", *TASKS[task], "--seed", str(seed), "--out", str(out), "--quiet", *extra]
+            cmd = [sys.executable, "-m", "glmc.cli", "train", *TASKS[task], "--seed", str(seed), "--out", str(out),
+                   "--quiet", *extra]
             print("+", " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True)
         paths.append(out)

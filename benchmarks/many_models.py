@@ -26,7 +26,8 @@ def trained(task: str, seed: int, cache: Path, extra: list[str], width: int | No
     name = f"{task}-seed{seed}" + (f"-w{width}" if width else "")
     out = cache / name
     if not (out / "glmc.json").is_file():
-        cmd = ["glmc", "train", *TASKS[task], "--seed", str(seed), "--out", str(out), "--quiet", *extra]
+        cmd = [sys.executable, "-m", "glmc.cli", "train", *TASKS[task], "--seed", str(seed), "--out", str(out),
+               "--quiet", *extra]
         if width:
             cmd += ["--width", str(width), *NARROW_ARGS.get(task, [])]
         print("+", " ".join(cmd), flush=True)

@@ -286,3 +286,26 @@ def test_learned_perm_learns_its_permutations_and_learned_does_not(gpt2_pair):
     for method, rate in (("learned", 0.0), ("learned-perm", PERMUTATIONS_ONLY_LR)):
         r = align(a, b, method, data=ds, steps=2, eval_every=2, eval_batches=1, iterations=1, progress=False).report
         assert r["perm_lr"] == rate
+
+
+def test_a_constant_permutation_latent_is_projected_once_and_again_after_it_changes():
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import Latents
+    from glmc.matching.weight import weight_matching
+
+    a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    _, arch, va, vb = canonical_pair(a, b)
+    init, _ = weight_matching(va, vb, arch, iterations=1, progress=False)
+    lat = Latents(init, arch)
+    for p in lat.discrete():
+        p.requires_grad_(False)
+    name = next(n for n in lat.kinds if n.startswith("mlp."))
+    first, again = lat.dense()[name], lat.dense()[name]
+    assert first is again and torch.equal(first.src, init[name].src.to(first.src))
+    z = lat.z[name.replace(".", "_")]
+    with torch.no_grad():
+        z.copy_(z[torch.roll(torch.arange(z.shape[0]), 1)])  # someone moves it in place: projected anew
+    moved = lat.dense()[name]
+    assert torch.equal(moved.src, (first.src + 1) % z.shape[0])  # each row of z moved one down
+    trained = next(n for n in lat.kinds if n.startswith("residual"))
+    assert lat.dense()[trained] is not lat.dense()[trained]  # a latent that trains is projected every step

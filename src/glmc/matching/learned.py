@@ -4,7 +4,8 @@ Latent parameters for every declared group, initialised at the weight-matching s
 (glmc/symmetry/kinds.py) says how its latent is parametrised and projected, e.g.
   orthogonal-fixing-ones   Z ∈ R^{(d−1)×(d−1)}, O = 11ᵀ/d + U·polar(Z)·Uᵀ (the LayerNorm residual)
   permutation              Z ∈ R^{n×n}, P = Hungarian(Z) (straight-through; Sinkhorn with `soft`): heads, MLP
-                           units, and the residual with `permutations_only` (its declared subgroup)
+                           units, and the residual with `permutations_only` (its declared subgroup). Trained only
+                           at `perm_lr` > 0; by default weight matching's permutations are kept (DEFAULT_PERM_LR)
   invertible               A ∈ GL(d_head) per head, learned directly (inverses by a linear solve); per-head maps
                            are not learned in perm-only mode
   free                     for an embedded narrower model (`fill`): its free reader weights, filled toward the
@@ -102,15 +103,28 @@ class Latents(torch.nn.Module):
         # the batch tells block-structured kinds (grouped permutations) their block count
         self.z = torch.nn.ParameterDict({_key(n): torch.nn.Parameter(
             kind(k).latent(init[n], batch=arch.groups[split_name(n)[0]].batch)) for n, k in self.kinds.items()})
+        self._constant = {}  # projections of latents that do not train (see dense)
 
     def discrete(self) -> list[torch.nn.Parameter]:
         """Latents of permutation-like kinds (one-hot starts: see LearnedMatcher.fit's perm_lr)."""
         return [self.z[_key(n)] for n, k in self.kinds.items() if kind(k).discrete]
 
     def dense(self, hard: bool = False) -> dict:
-        """group name -> its current projection as an element acting on tensors (differentiable unless `hard`)."""
-        return {name: kind(k).differentiable(self.z[_key(name)], hard=hard, soft=self.soft)
-                for name, k in self.kinds.items()}
+        """group name -> its current projection as an element acting on tensors (differentiable unless `hard`).
+        A latent that does not train (a permutation at perm_lr 0) is projected once, not by a Hungarian solve
+        every step; its version counter says when something changed it in place."""
+        out = {}
+        for name, k in self.kinds.items():
+            z = self.z[_key(name)]
+            if z.requires_grad:
+                out[name] = kind(k).differentiable(z, hard=hard, soft=self.soft)
+                continue
+            key = (name, hard, z.device, z._version)
+            if key not in self._constant:
+                self._constant = {c: v for c, v in self._constant.items() if c[:2] != key[:2]}
+                self._constant[key] = kind(k).differentiable(z, hard=hard, soft=self.soft)
+            out[name] = self._constant[key]
+        return out
 
     @torch.no_grad()
     def transform(self) -> Transform:
