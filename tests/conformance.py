@@ -294,10 +294,13 @@ class AdapterConformance:
             exact = streamed_distance(view_a, view_b, {**inner, "residual": res}, arch)
             assert fitted.distance(res) == pytest.approx(exact, rel=1e-6), config  # float32 weights: ~1e-8
 
-    def test_activation_matching_recovers_a_planted_permutation(self, config):
+    @pytest.mark.parametrize("residual", ["permutation", "orthogonal"])
+    def test_activation_matching_recovers_a_planted_permutation(self, config, residual):
         """B is A with a random element planted in every group activation matching searches (residual, heads or
         key/value groups and the query heads inside them, value dimensions, MLP units): its correlations of
-        identical features are 1 exactly where the permutation put them, so it must undo the plant."""
+        identical features are 1 exactly where the permutation put them, so it must undo the plant. With the
+        residual group's own map ("orthogonal"), a random element of that group is planted on the residual: B's
+        stream is A's times it, so the least-squares fit on their cross moments is its inverse."""
         from glmc.data.iterable import IterableData
         from glmc.matching.activation import align as activation_align
         from glmc.symmetry.elements import IndexMap, LinearMap
@@ -309,7 +312,9 @@ class AdapterConformance:
         for i in range(arch.n_layer):
             for role, spec in arch.groups.items():
                 name = group_name(role, i if spec.per_layer else None)
-                if role in ("residual", "heads", "kv_heads", "mlp"):
+                if role == "residual" and residual == "orthogonal":
+                    planted.elements[name] = kind(spec.kind).random(spec.size, spec.batch, gen)
+                elif role in ("residual", "heads", "kv_heads", "mlp"):
                     planted.elements[name] = IndexMap(torch.randperm(spec.size, generator=gen), None, spec.size)
                 elif role == "query_heads":
                     planted.elements[name] = kind(spec.kind).random(spec.size, spec.batch, gen)
@@ -323,7 +328,7 @@ class AdapterConformance:
         batch = x if adapter.task == "lm" else (x, torch.zeros(x.shape[0], dtype=torch.long))
         data = IterableData([batch], adapter.task)
         try:
-            found = activation_align(model, model_b, data=data, batches=1, progress=False)
+            found = activation_align(model, model_b, data=data, batches=1, progress=False, residual=residual)
         except UnsupportedModel as e:  # a family whose groups activation matching cannot fill says so
             assert "activation matching" in str(e)
             return

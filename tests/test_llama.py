@@ -49,6 +49,16 @@ def test_every_method_aligns_grouped_query_llamas(llamas, method, tmp_path):
     generates(tmp_path / "al")
 
 
+@pytest.mark.parametrize("residual", ["orthogonal", "permutation"])
+def test_activation_matching_residual_is_the_group_map_or_the_baseline_permutation(llamas, residual, tmp_path):
+    run_cli("align", llamas["s0"], llamas["s1"], "--method", "activation", "--residual", residual, "--out",
+            tmp_path / "al", "--no-progress")
+    report = json.loads((tmp_path / "al" / "align.json").read_text())
+    assert report["residual"] == residual and report["max_dlogits_b"] <= 1e-4
+    found = report["transform"]["residual"]
+    assert found == residual, found  # a dense orthogonal map, or the baseline's permutation
+
+
 def test_barrier_of_a_llama_pair_drops_with_weight_matching(llamas, tmp_path):
     run_cli("barrier", llamas["s0"], llamas["s1"], "--align", "none,activation,weight", "--points", 5,
             "--max-batches", 4, "--json", tmp_path / "b.json", "--no-progress")

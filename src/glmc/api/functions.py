@@ -98,7 +98,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 blocks and 15 iterations, using `data`'s seen tokens where known, then in native mode per-head
                 maps; "glmc": glmc's; "auto": paper in circuit mode, and in native mode the family's declared
                 one up to 2^25 parameters (GPT-2: paper, ViT and Llama: glmc) unless a glmc-only option is given)
-            activation: batches=32, batch_size=32, progress=True
+            activation: batches=32, batch_size=32, progress=True, residual="orthogonal" (the residual group's
+                least-squares map from the streams' cross moments; "permutation": the correlation baseline's)
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
                 lr=2e-2, perm_lr=None (learned: 0, weight matching's permutations kept; learned-perm: 0.02),
                 sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed", "gaussian"), bias=0.0, batch_size=32,

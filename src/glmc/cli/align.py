@@ -22,7 +22,9 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--tol", default=3e-3, show_default=True, type=click.FloatRange(min=0),
               help="Weight matching stops when an iteration lowers the weight distance by less than this fraction.")
 @click.option("--residual", default="orthogonal", show_default=True, type=click.Choice(["orthogonal", "permutation"]),
-              help="Residual symmetry for weight matching.")
+              help="Residual symmetry for weight and activation matching (activation: permutation is the "
+                   "correlation baseline of Verma & Elbayad; orthogonal fits the residual group's map in least "
+                   "squares, measured better in benchmarks/README.md).")
 @click.option("--no-head-maps", is_flag=True, help="Weight matching without the per-head invertible maps.")
 @click.option("--restarts", default=None, type=click.IntRange(1, 3),
               help="Weight matching: alternate from this many first residual maps and keep the closest result "
