@@ -103,3 +103,27 @@ def test_restarts_default_to_two_for_small_models_and_one_above_the_size_limit(m
     al = align(a, b, "weight", iterations=3, progress=False, algorithm="glmc")
     assert al.report["restarts"] == 1 and not any("restart" in s for s in al.report["iterations"])
     assert align(a, b, "weight", iterations=3, progress=False, restarts=3).report["restarts"] == 3
+
+
+def test_fixed_permutations_still_fit_the_continuous_maps_and_a_given_first_map_is_used():
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.weight import weight_matching
+    from glmc.symmetry.random import random_class_element
+    from test_conformance_llama import llama
+
+    a = llama(seed=0)
+    arch = adapter_for(a).arch(a)
+    gen = torch.Generator().manual_seed(5)
+    planted = random_class_element("residual", arch, gen)  # no permutation moves B: only continuous maps
+    for role in ("qk", "ov", "mlp_scale"):
+        planted.elements.update(random_class_element(role, arch, gen).elements)
+    moved = transform_model(a, planted)
+    _, arch, va, vb = canonical_pair(a, moved)
+    t, log = weight_matching(dict(va), dict(vb), arch, iterations=5, progress=False, permutations=False)
+    assert not any(n.split(".")[0] in ("mlp", "kv_heads", "query_heads") for n in t.elements)
+    assert any(n.startswith("mlp_scale") for n in t.elements)
+    assert log[-1]["distance"] < 1e-8 < log[0]["distance"]
+    # started from the exact residual map, the first iteration lands on B's weights already
+    exact = planted.inverse(arch)["residual"]
+    _, log = weight_matching(dict(va), dict(vb), arch, iterations=1, progress=False, first_maps=[exact])
+    assert [s["distance"] for s in log if s["step"] == 1][0] < 1e-8

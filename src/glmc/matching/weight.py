@@ -607,7 +607,8 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
     the residual element `residual` (None: B as it is), one block at a time. `head_similarity`: "auto" (per
     rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit); `centred_keys`:
     heads compared on what their scores see (score_keys); `unit_similarity`: UNIT_SIMILARITIES (plain MLPs);
-    `permutations=False`: B's heads and units stay where they are (only the per-head maps are fitted)."""
+    `permutations=False`: B's heads and units stay where they are (only the per-head maps and MLP scales are
+    fitted)."""
     groups, t = arch.groups, Transform()
     chunks = layer_chunks(view_b, arch.n_layer)
     pending: dict[str, list] = {}  # role -> per-layer FactorGrams of invertible maps, fitted after the loop
@@ -647,14 +648,17 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
             gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
             units.submit(i, gated_mlp_similarity(view_a, rotated_b, i) if gated
                          else mlp_similarity(view_a, rotated_b, i, unit_similarity))
-    unit_perms = units.results()
+    # without permutations B's units stay where they are, and a gated MLP's scales are still fitted
+    unit_perms = units.results() if permutations else {i: None for i in range(arch.n_layer)}
     trim()  # the similarities and costs of every layer are freed by now
     for i, perm in unit_perms.items():
-        t.elements[group_name("mlp", i)] = perm
+        if perm is not None:
+            t.elements[group_name("mlp", i)] = perm
         if "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a:
             keys = [k for k in chunks[i] if ".mlp." in k]
-            moved = moved_part(view_b, keys, {"residual": residual, group_name("mlp", i): perm} if residual is not None
-                               else {group_name("mlp", i): perm}, arch)
+            moving = {} if residual is None else {"residual": residual}
+            moving.update({} if perm is None else {group_name("mlp", i): perm})
+            moved = moved_part(view_b, keys, moving, arch)
             t.elements[group_name("mlp_scale", i)] = fit_mlp_scale(view_a, moved, i)
     for role, parts in pending.items():
         maps = fit_factor_grams(FactorGrams.cat([g for _, g in parts])).transpose(-1, -2).float()
@@ -682,7 +686,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True,
                     head_similarity: str = "auto", tol: float = 1e-6, centred_keys: bool = False,
                     unit_similarity: str = "inner", rows: dict | None = None, weighting: str | None = None,
-                    restarts: int = 1):
+                    restarts: int = 1, first_maps: list | None = None, permutations: bool = True):
     """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
     and the head, the variant learned matching starts from (see glmc/matching/learned.py). Stops when an iteration
@@ -690,7 +694,8 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     match_inner's; `rows`: the rows of residual tensors the residual fits use (_cross); `weighting`:
     the residual fit's tensor weights (WEIGHTINGS; default "norms", or "none" when not `balanced`); `restarts`
     (1–RESTARTS): also alternate from the other weighting's first map and from B's stream as it is, keeping the
-    lowest weight distance."""
+    lowest weight distance; `first_maps`: residual elements to alternate from instead (e.g. activation matching's,
+    benchmarks/activation_starts.py); `permutations=False`: B's heads and units stay where they are (match_inner)."""
     if not 1 <= restarts <= RESTARTS:
         raise BadOption(f"weight matching restarts from 1 to {RESTARTS} first maps, got {restarts}")
     if iterations < 1:
@@ -716,6 +721,8 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
                                          for k in first_map_keys(view_a, keys_all, other)), residual))
     if restarts > 2:
         firsts.append(solve_residual(torch.eye(view_a[keys_all[0]].shape[-1], dtype=torch.float64), residual))
+    if first_maps is not None:
+        firsts = list(first_maps)
     start_dist = view_distance(view_a, view_b)
     # the embeddings and the head are not read again until the end: off to disk meanwhile (0.6 GB at GPT-2-124M)
     for view in (view_a, view_b):
@@ -730,7 +737,8 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
         for it in bar:
             t1 = time.perf_counter()
             inner = match_inner(view_a, view_b, arch, head_maps, head_similarity, residual=res,
-                                centred_keys=centred_keys, unit_similarity=unit_similarity)
+                                centred_keys=centred_keys, unit_similarity=unit_similarity,
+                                permutations=permutations)
             t2 = time.perf_counter()
             fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, weighting, rows, unmoved, known)
             res = solve_residual(fitted.fit, residual)
