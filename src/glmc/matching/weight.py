@@ -714,15 +714,8 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     # the first map's products are the first ResidualPass's for these tensors (no inner element moves them)
     known = {k: ResidualPass._terms(view_a[k], view_b[k], True, weighting, (rows or {}).get(k))
              for k in first_map_keys(view_a, keys_all, weighting)}
-    firsts = [solve_residual(sum(t[3] for t in known.values()), residual)]
-    if restarts > 1:  # the other weighting's first map, then B's stream as it is
-        other = "none" if weighting != "none" else "norms"
-        firsts.append(solve_residual(sum(_cross(view_a[k], view_b[k], other, (rows or {}).get(k))
-                                         for k in first_map_keys(view_a, keys_all, other)), residual))
-    if restarts > 2:
-        firsts.append(solve_residual(torch.eye(view_a[keys_all[0]].shape[-1], dtype=torch.float64), residual))
-    if first_maps is not None:
-        firsts = list(first_maps)
+    firsts = (list(first_maps) if first_maps is not None
+              else _restart_maps(view_a, view_b, keys_all, known, residual, weighting, rows, restarts))
     start_dist = view_distance(view_a, view_b)
     # the embeddings and the head are not read again until the end: off to disk meanwhile (0.6 GB at GPT-2-124M)
     for view in (view_a, view_b):
@@ -764,6 +757,19 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
             best, best_dist = found, dist
     log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": best_dist})
     return best, log
+
+
+def _restart_maps(view_a, view_b, keys_all, known: dict, residual: str, weighting: str, rows, restarts: int) -> list:
+    """The first residual maps of `restarts` alternations: `weighting`'s fit (its products `known`), the other
+    weighting's, then B's stream as it is."""
+    firsts = [solve_residual(sum(t[3] for t in known.values()), residual)]
+    if restarts > 1:
+        other = "none" if weighting != "none" else "norms"
+        firsts.append(solve_residual(sum(_cross(view_a[k], view_b[k], other, (rows or {}).get(k))
+                                         for k in first_map_keys(view_a, keys_all, other)), residual))
+    if restarts > 2:
+        firsts.append(solve_residual(torch.eye(view_a[keys_all[0]].shape[-1], dtype=torch.float64), residual))
+    return firsts
 
 
 def first_map_keys(view, keys_all, weighting: str) -> list:
