@@ -1,4 +1,4 @@
-"""Do two independently trained models have corresponding MLP units? (validation split of tuning pairs)
+"""Do two independently trained models have corresponding MLP units? (validation split)
 
 Permutation-based alignment can only help as far as B has a unit that computes what A's unit computes. This
 measures that directly, independent of any residual map: each layer's hidden activations (the input of the
@@ -30,9 +30,20 @@ import sys
 from pathlib import Path
 
 
+def model_pair(text: str) -> tuple[Path, Path]:
+    """DIR_A:DIR_B, both existing model directories (a one-line usage error otherwise)."""
+    dirs = tuple(Path(p) for p in text.split(":"))
+    if len(dirs) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not DIR_A:DIR_B")
+    for d in dirs:
+        if not (d / "glmc.json").is_file():
+            raise argparse.ArgumentTypeError(f"{d} is not a glmc-trained model directory (glmc train … --out {d})")
+    return dirs
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", action="append", required=True, help="DIR_A:DIR_B (repeatable)")
+    ap.add_argument("--pairs", action="append", required=True, type=model_pair, help="DIR_A:DIR_B (repeatable)")
     ap.add_argument("--batches", type=int, default=16, help="validation batches of 32")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/unit_correspondence"))
     args = ap.parse_args(argv)
@@ -50,8 +61,7 @@ def main(argv=None):
 
     rows, md = [], ["| pair | layer | units | best | optimal | weight matching |", "|---|---|---|---|---|---|"]
     summary = ["| pair | vanilla | activation % | weight % |", "|---|---|---|---|"]
-    for pair in args.pairs:
-        pa, pb = pair.split(":")
+    for pa, pb in args.pairs:
         a, _ = load_model(pa)
         b, _ = load_model(pb)
         ds = glmc.data.load_for_model(pa)
@@ -63,7 +73,7 @@ def main(argv=None):
         vanilla = glmc.barrier(a, b, data=ds, batches=val, progress=False).barrier
         pct = {m: 100 * glmc.barrier(al.model_a, al.model_b, data=ds, batches=val, progress=False).barrier / vanilla
                for m, al in found.items()}
-        name = Path(pa).name.rsplit("-seed", 1)[0]
+        name = pa.name.rsplit("-seed", 1)[0]
         summary.append(f"| {name} | {vanilla:.3f} | {pct['activation']:.1f} | {pct['weight']:.1f} |")
         for i in range(arch.n_layer):
             c = corr[f"blocks.{i}.mlp.out"].value().abs()
