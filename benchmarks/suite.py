@@ -179,7 +179,8 @@ def run_method(pair: Pair, method: str, split: str, models, ds, batches, options
             "barrier": m["loss_barrier"], "loss_endpoints": m["loss_endpoints"], "acc_drop": m.get("acc_drop"),
             "align_s": seconds, "peak_rss_mb": mem.peak, "steps": rep.get("steps"),
             "seconds_per_step": rep.get("seconds_per_step"),
-            "max_dlogits": rep.get("max_dlogits_b"), "options": options, "commit": _commit()}
+            "max_dlogits": rep.get("max_dlogits_b"), "chosen": rep.get("chosen"), "options": options,
+            "commit": _commit()}
 
 
 def _commit() -> str:

@@ -97,7 +97,11 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 "none"), algorithm="auto" ("paper": the paper's own alternation, its costs, residual
                 blocks and 15 iterations, using `data`'s seen tokens where known, then in native mode per-head
                 maps; "glmc": glmc's; "auto": paper in circuit mode, and in native mode the family's declared
-                one up to 2^25 parameters (GPT-2: paper, ViT and Llama: glmc) unless a glmc-only option is given)
+                one up to 2^25 parameters (GPT-2: paper, ViT and Llama: glmc) unless a glmc-only option is given),
+                select_batches=None (with data: run several alternations and keep the one whose path midpoint has
+                the lowest loss on this many training batches; None: SELECT_BATCHES up to 2^25 parameters when
+                algorithm is "auto" and no glmc-only option is given; 0: off), candidates=None (which alternations:
+                names of glmc/matching/select.py's CANDIDATES, default "glmc,paper")
             activation: batches=32, batch_size=32, progress=True, residual="orthogonal" (the residual group's
                 least-squares map from the streams' cross moments; "permutation": the correlation baseline's)
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
@@ -118,7 +122,7 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     """
     from glmc.matching import METHODS, _method_function
     from glmc.matching import align as match
-    from glmc.matching.weight import resolve_algorithm
+    from glmc.matching.weight import wants_data
 
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
@@ -126,8 +130,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
         if options.get("seen_tokens"):
             options["data"] = resolve_data(data, model_a, required="weight matching with seen_tokens=True")
-        elif resolve_algorithm(model_a, **options) == "paper":
-            options["data"] = resolve_data(data, model_a)  # the paper's residual fit uses seen tokens where known
+        elif wants_data(model_a, **options):  # the paper's seen tokens, and choosing among candidates
+            options["data"] = resolve_data(data, model_a)
     elif func is not None and "data" in _parameters(func):
         options["data"] = resolve_data(data, model_a, required=f"{method} matching")
     al = match(model_a, model_b, method, **options)

@@ -35,6 +35,13 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
                    "glmc/matching/paper.py; in native mode followed by per-head maps) [auto: paper with --mode "
                    "circuit; else the family's (GPT-2: paper up to 2^25 parameters), glmc when --restarts is "
                    "given].")
+@click.option("--select-batches", default=None, type=click.IntRange(min=0),
+              help="Weight matching: run several alternations (--candidates) and keep the one whose path midpoint "
+                   "has the lowest loss on this many training batches [4 up to 2^25 parameters with --algorithm "
+                   "auto when the models' data is known; 0: off; glmc/matching/select.py].")
+@click.option("--candidates", default=None,
+              help="Weight matching: the alternations --select-batches chooses among, comma-separated "
+                   "(glmc, paper, glmc-l1, glmc-unweighted) [glmc,paper].")
 @click.option("--batches", "act_batches", default=32, show_default=True, type=click.IntRange(min=1),
               help="Activation matching: training batches to correlate.")
 @click.option("--steps", default=None, type=click.IntRange(min=1),
@@ -70,7 +77,7 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, algorithm,
-            act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space, autocast, checkpoint, soft,
+            select_batches, candidates, act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space, autocast, checkpoint, soft,
             eval_every, patience, mode, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
@@ -78,7 +85,7 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     one (which stays fixed), and that is what is written."""
     from glmc.api import align
     from glmc.matching import method_options
-    from glmc.matching.weight import resolve_algorithm
+    from glmc.matching.weight import wants_data
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
@@ -88,10 +95,11 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     ds = None
     if method != "weight":
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
-    elif resolve_algorithm(a, mode, algorithm, restarts=restarts, tol=tol) == "paper":
+    elif wants_data(a, mode, algorithm, restarts=restarts, tol=tol, select_batches=select_batches,
+                    candidates=candidates):
         ds = _training_tokens(model_a, a, data_kw)
     options = dict(data=ds, iterations=iterations, tol=tol, residual=residual, head_maps=not no_head_maps,
-                   restarts=restarts, algorithm=algorithm,
+                   restarts=restarts, algorithm=algorithm, select_batches=select_batches, candidates=candidates,
                    progress=progress, batches=act_batches, steps=steps, epochs=epochs, minutes=minutes,
                    lr=lr, perm_lr=perm_lr, sampler=sampler, null_space=null_space, autocast=autocast,
                    checkpoint=checkpoint, soft=soft, eval_every=eval_every, patience=patience, mode=mode)
@@ -112,6 +120,10 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
         click.echo(f"null space ({al.report['null_space']}): {len(al.fill)} tensors of free reader weights filled "
                    "toward the wide model (exact; null_space_fill.safetensors)")
     click.echo(f"aligned {target} to {ref} with {method} matching in {seconds:.1f} s")
+    if "select" in al.report:
+        losses = ", ".join(f"{c['name']} {c['midpoint_loss']:.4f}" for c in al.report["select"]["candidates"])
+        click.echo(f"kept {al.report['chosen']}: the lowest midpoint loss on {al.report['select']['batches']} "
+                   f"training batches ({losses})")
     click.echo(f"weight distance ‖A−B‖²/‖A‖²: {al.report['distance_before']:.4f} → {al.report['distance_after']:.4f}")
     click.echo(f"function check: max |Δlogits| of the moved model before/after {al.report['max_dlogits_b']:.2e}")
     click.echo(f"wrote {out_dir}/ (model, transform.safetensors, align.json)")

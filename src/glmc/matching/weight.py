@@ -686,7 +686,8 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
                     head_maps: bool = True, progress: bool = True, log=None, balanced: bool = True,
                     head_similarity: str = "auto", tol: float = 1e-6, centred_keys: bool = False,
                     unit_similarity: str = "inner", rows: dict | None = None, weighting: str | None = None,
-                    restarts: int = 1, first_maps: list | None = None, permutations: bool = True):
+                    restarts: int = 1, first_maps: list | None = None, permutations: bool = True,
+                    every_start: bool = False):
     """(Transform π with π(B) ≈ A, per-iteration log). `residual`: the declared residual kind (None) or one of
     its subgroups ("permutation"). `balanced=False`: the unweighted residual fit started from the embeddings
     and the head, the variant learned matching starts from (see glmc/matching/learned.py). Stops when an iteration
@@ -695,7 +696,9 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     the residual fit's tensor weights (WEIGHTINGS; default "norms", or "none" when not `balanced`); `restarts`
     (1–RESTARTS): also alternate from the other weighting's first map and from B's stream as it is, keeping the
     lowest weight distance; `first_maps`: residual elements to alternate from instead (e.g. activation matching's,
-    benchmarks/activation_starts.py); `permutations=False`: B's heads and units stay where they are (match_inner)."""
+    benchmarks/activation_starts.py); `permutations=False`: B's heads and units stay where they are (match_inner);
+    `every_start`: return every start's result, a list in start order, instead of the closest (glmc/matching/select.py
+    chooses among them by loss)."""
     if not 1 <= restarts <= RESTARTS:
         raise BadOption(f"weight matching restarts from 1 to {RESTARTS} first maps, got {restarts}")
     if iterations < 1:
@@ -749,14 +752,15 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
             found, found_dist = full, dist
         return found, found_dist, steps
 
-    best, best_dist = None, start_dist
+    best, best_dist, every = None, start_dist, []
     for r, first in enumerate(firsts):
         found, dist, steps = alternate(first)
         log.extend({**s, "restart": r} if len(firsts) > 1 else s for s in steps)
+        every.append(found)
         if best is None or dist < best_dist:
             best, best_dist = found, dist
     log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": best_dist})
-    return best, log
+    return (every if every_start else best), log
 
 
 def _restart_maps(view_a, view_b, keys_all, known: dict, residual: str, weighting: str, rows, restarts: int) -> list:
@@ -790,7 +794,7 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
           progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
           tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
           unit_similarity: str = "inner", weighting: str = "norms", restarts: int | None = None,
-          algorithm: str = "auto"):
+          algorithm: str = "auto", select_batches: int | None = None, candidates=None):
     """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
@@ -804,9 +808,19 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     default where it is cheap; none of the others did. `algorithm` (ALGORITHMS): "glmc", this module's
     alternation; "paper", the paper's own (glmc/matching/paper.py: of the options above it takes `iterations`,
     `residual` and `data`, whose seen tokens it always uses), followed in native mode by per-head maps fitted given
-    its residual map and permutations; "auto": resolve_algorithm's choice."""
+    its residual map and permutations; "auto": resolve_algorithm's choice. `select_batches`: with `data`, run every
+    alternation of `candidates` (glmc/matching/select.py; default DEFAULT_CANDIDATES) and keep the one whose path
+    midpoint has the lowest loss on this many training batches; None: resolve_select's default, 0: off."""
     glmc_only = dict(fill=fill, head_similarity=head_similarity, tol=tol, seen_tokens=seen_tokens,
                      centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
+    n_select = resolve_select(model_a, mode, algorithm, select_batches, data, candidates, **glmc_only)
+    if n_select:
+        from glmc.matching.select import DEFAULT_CANDIDATES, align_selected
+
+        return align_selected(model_a, model_b, data=data, batches=n_select,
+                              candidates=DEFAULT_CANDIDATES if candidates is None else candidates,
+                              iterations=iterations, residual=residual, tol=tol, mode=mode, head_maps=head_maps,
+                              progress=progress)
     if resolve_algorithm(model_a, mode, algorithm, **glmc_only) == "paper":
         return _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps)
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
@@ -851,11 +865,55 @@ def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **op
     return adapter_for(model).arch(model).weight_matching if small else "glmc"
 
 
+# align selects among candidate alternations by their midpoint's training loss (glmc/matching/select.py) on this
+# many batches of 32 by default, in native mode, for models up to SELECT_UP_TO parameters, given data. Chosen on
+# the tuning pairs' validation split (benchmarks/README.md; % of vanilla, median (worst) of the six): no selection
+# 11.25 (38.3), 1 batch 10.0 (31.4), 4 batches 9.95 (26.6), 16 batches 9.95 (26.6) at twice the scoring time. In
+# circuit mode the same selection lowered the median (11.85 -> 11.1) but worsened the worst pair (25.4 -> 31.5), so
+# circuit mode runs the paper's alternation alone unless asked (select_batches=N).
+SELECT_BATCHES = 4
+SELECT_MODES = ("native",)
+# one alternation per candidate (five) and a forward pass of each midpoint: seconds at the suite's sizes, minutes
+# at GPT-2-124M's, where glmc's alternation alone is the default
+SELECT_UP_TO = 1 << 25
+
+
+def resolve_select(model, mode: str = "native", algorithm: str = "auto", select_batches: int | None = None,
+                   data=None, candidates=None, **options) -> int:
+    """How many training batches align's candidate selection uses; 0: no selection. Given explicitly, it needs
+    `data` and algorithm "auto". By default SELECT_BATCHES when `data` is given, `algorithm` is "auto", `mode` is
+    native, the model has at most SELECT_UP_TO parameters and no option only glmc's alternation takes is set (as
+    resolve_algorithm)."""
+    if select_batches is not None:
+        if select_batches < 0:
+            raise BadOption(f"select_batches counts training batches; got {select_batches}")
+        if select_batches and data is None:
+            raise BadOption("choosing among weight-matching candidates needs the models' data; give --data, or "
+                            "--select-batches 0")
+        if select_batches and algorithm != "auto":
+            raise BadOption(f"--algorithm {algorithm} runs one alternation, so there is nothing to choose among; "
+                            "drop --select-batches, or use --algorithm auto")
+        return select_batches
+    if candidates is not None:  # asking for candidates asks for the selection
+        return resolve_select(model, mode, algorithm, SELECT_BATCHES, data, None, **options)
+    if data is None or algorithm != "auto" or mode not in SELECT_MODES or \
+            any(options.get(k, v) != v for k, v in _GLMC_DEFAULTS.items()):
+        return 0
+    return SELECT_BATCHES if sum(p.numel() for p in model.parameters()) <= SELECT_UP_TO else 0
+
+
+def wants_data(model, mode: str = "native", algorithm: str = "auto", **options) -> bool:
+    """Whether weight matching would use the models' data: the paper's seen-token rows, or candidate selection."""
+    options.pop("data", None)
+    if options.get("select_batches") not in (None, 0):
+        return True
+    return resolve_algorithm(model, mode, algorithm, **options) == "paper" or bool(
+        resolve_select(model, mode, algorithm, data=True, **options))
+
+
 def _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps):
     """align(algorithm="paper"): the paper's alternation (glmc/matching/paper.py), then in native mode the
     per-head maps that bring B's factors onto A's given its residual map and permutations."""
-    from glmc.matching.paper import paper_weight_matching
-
     if restarts not in (None, 1):
         raise BadOption("the paper's weight matching runs from one first map; drop --restarts, or use "
                         "--algorithm glmc")
@@ -863,14 +921,23 @@ def _align_paper(model_a, model_b, iterations, residual, data, progress, restart
     if mode == "circuit":
         adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name
     rows = seen_token_rows(data, view_a) if data is not None else None
-    t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
-    seen = None if not rows else int(rows["embed"].sum())
     head_maps = head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
-    if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
-        maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
-        t = t.then(maps, arch)
-        log.append({"step": "head maps", "distance": streamed_distance(view_a, view_b, t.elements, arch)})
+    t, log = paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, head_maps)
+    seen = None if not rows else int(rows["embed"].sum())
     report = {"method": "weight", "mode": mode, "algorithm": "paper", "residual": residual_kind(arch, residual),
               "head_maps": head_maps, "restarts": 1, "seen_token_rows": seen, "iterations": log,
               "transform": t.describe(), "distance_before": log[0]["distance"]}
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
+
+
+def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, head_maps: bool):
+    """(π, log): the paper's alternation (glmc/matching/paper.py), then, with `head_maps`, the per-head maps that
+    bring B's factors onto A's given its residual map and permutations."""
+    from glmc.matching.paper import paper_weight_matching
+
+    t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
+    if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
+        maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
+        t = t.then(maps, arch)
+        log.append({"step": "head maps", "distance": streamed_distance(view_a, view_b, t.elements, arch)})
+    return t, log

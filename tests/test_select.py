@@ -1,0 +1,104 @@
+"""Weight matching's candidate selection (glmc/matching/select.py): it keeps the candidate whose path midpoint has
+the lowest training loss, only when asked or by default with data, and refuses options it cannot honour."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import run_cli, tiny_gpt2
+from glmc.errors import BadOption
+from glmc.matching import weight
+from glmc.matching.select import CANDIDATES, candidate_transforms, midpoint_loss, parse_candidates, training_batches
+
+
+def _pair_and_data(gpt2_pair):
+    import glmc.data
+    from glmc.models import load_model
+
+    a, b = (load_model(p)[0] for p in gpt2_pair)
+    return a, b, glmc.data.load_for_model(gpt2_pair[0])
+
+
+@pytest.mark.parametrize("mode", ["native", "circuit"])
+def test_selection_keeps_the_candidate_with_the_lowest_midpoint_loss(gpt2_pair, mode):
+    from glmc.matching.common import canonical_pair
+
+    a, b, data = _pair_and_data(gpt2_pair)
+    al = weight.align(a, b, data=data, mode=mode, progress=False, select_batches=2,
+                      candidates="glmc,paper,glmc-l1")
+    sel = al.report["select"]
+    names = [c["name"] for c in sel["candidates"]]
+    assert names == ["glmc/start1", "glmc/start2", "paper", "glmc-l1"] and sel["batches"] == 2
+    losses = {c["name"]: c["midpoint_loss"] for c in sel["candidates"]}
+    assert al.report["chosen"] == min(losses, key=losses.get)
+    assert len(set(round(v, 6) for v in losses.values())) > 1  # the candidates differ, so the choice is real
+    assert al.report["max_dlogits_b"] <= 1e-4
+    # the reported loss is the midpoint's: recomputed independently from the kept transform
+    adapter, arch, view_a, view_b = canonical_pair(a, b)
+    canon_a = adapter.from_canonical(view_a, a)
+    again = midpoint_loss(canon_a, b, adapter, arch, view_b, al.transform, training_batches(data, 2), data.task, mode)
+    assert again == pytest.approx(losses[al.report["chosen"]], rel=1e-5)
+
+
+def test_every_candidate_is_an_exact_transform_of_b():
+    from glmc.symmetry.random import random_full_transform
+    from glmc.view.model_ops import canonical_view, transform_model
+
+    model = tiny_gpt2()
+    view_a, adapter = canonical_view(model)
+    arch = adapter.arch(model)
+    other = transform_model(model, random_full_transform(arch, torch.Generator().manual_seed(3)))
+    view_b, _ = canonical_view(other)
+    found = candidate_transforms(view_a, view_b, arch, tuple(CANDIDATES), iterations=8, residual=None, tol=1e-6,
+                                 rows={}, head_maps=True, progress=False)
+    assert len(found) == len(CANDIDATES) + 1  # "glmc" gives one candidate per first map
+    for name, t, _ in found:
+        moved = t.apply(view_b, arch)
+        # a planted symmetry is found by every candidate: B comes back onto A
+        gap = max(float((moved[k] - view_a[k]).abs().max()) for k in view_a)
+        assert gap < 1e-3, name
+
+
+def test_selection_is_the_default_only_with_data_a_small_model_and_no_single_algorithm(monkeypatch):
+    model, data = tiny_gpt2(), object()
+    assert weight.resolve_select(model) == 0  # data-free without data
+    assert weight.resolve_select(model, data=data) == weight.SELECT_BATCHES
+    assert weight.resolve_select(model, mode="circuit", data=data) == 0  # circuit mode: the paper's alone
+    assert weight.resolve_select(model, mode="circuit", data=data, select_batches=2) == 2
+    assert weight.resolve_select(model, algorithm="paper", data=data) == 0
+    assert weight.resolve_select(model, data=data, restarts=2) == 0  # glmc's restarts choose by distance
+    assert weight.resolve_select(model, data=data, select_batches=0) == 0
+    assert weight.resolve_select(model, data=data, candidates="glmc") == weight.SELECT_BATCHES
+    assert weight.wants_data(tiny_gpt2(), algorithm="glmc") is False
+    assert weight.wants_data(tiny_gpt2(), algorithm="glmc", select_batches=3) is True
+    monkeypatch.setattr(weight, "SELECT_UP_TO", 10)
+    assert weight.resolve_select(model, data=data) == 0  # above the size limit
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(select_batches=2), "needs the models' data"),
+    (dict(select_batches=2, data=object(), algorithm="glmc"), "nothing to choose among"),
+    (dict(select_batches=-1, data=object()), "counts training batches"),
+])
+def test_selection_options_it_cannot_honour_are_refused(kwargs, words):
+    with pytest.raises(BadOption, match=words):
+        weight.resolve_select(tiny_gpt2(), **kwargs)
+
+
+def test_unknown_candidates_are_refused_by_name():
+    with pytest.raises(BadOption, match="unknown weight-matching candidate.*nope.*choose from glmc, paper"):
+        parse_candidates("glmc,nope")
+    assert parse_candidates(" glmc , paper ") == ("glmc", "paper")
+
+
+def test_align_cli_reports_the_kept_candidate(gpt2_pair, tmp_path):
+    a, b = gpt2_pair
+    out = run_cli("align", a, b, "--select-batches", 2, "--candidates", "glmc,paper", "--out", tmp_path / "al",
+                  "--no-progress")
+    report = json.loads((tmp_path / "al" / "align.json").read_text())
+    assert report["algorithm"] == "select" and report["select"]["split"] == "train"
+    assert f"kept {report['chosen']}: the lowest midpoint loss on 2 training batches" in out
+    off = run_cli("align", a, b, "--select-batches", 0, "--out", tmp_path / "off", "--no-progress")
+    assert "kept" not in off
+    assert json.loads((tmp_path / "off" / "align.json").read_text()).get("algorithm") != "select"
