@@ -77,8 +77,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, algorithm,
-            select_batches, candidates, act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space, autocast, checkpoint, soft,
-            eval_every, patience, mode, overwrite, progress, **data_kw):
+            select_batches, candidates, act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space,
+            autocast, checkpoint, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider

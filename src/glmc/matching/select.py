@@ -107,7 +107,7 @@ def align_selected(model_a, model_b, *, data, batches: int, candidates, iteratio
     chosen_batches = training_batches(data, batches)
     canon_a = adapter.from_canonical(view_a, model_a).to(model_device(model_a))
     scored = []
-    for name, t, log in found:
+    for name, t, _ in found:
         loss = midpoint_loss(canon_a, model_b, adapter, arch, view_b, t, chosen_batches, data.task, mode)
         scored.append({"name": name, "midpoint_loss": loss,
                        "distance": streamed_distance(view_a, view_b, t.elements, arch)})
