@@ -43,6 +43,9 @@ def test_every_method_aligns_grouped_query_llamas(llamas, method, tmp_path):
     report = json.loads((tmp_path / "al" / "align.json").read_text())
     assert report["max_dlogits_b"] <= 1e-4, out
     assert report["distance_after"] < report["distance_before"]
+    if method == "weight":  # chosen among the candidates a grouped-query model can run: not the paper's
+        names = [c["name"] for c in report["select"]["candidates"]]
+        assert names and "paper" not in names and report["chosen"] in names
     b, _ = load_model(llamas["s1"])
     aligned, _ = load_model(tmp_path / "al")
     assert max_logit_change(b, aligned) <= 1e-4
@@ -57,6 +60,19 @@ def test_activation_matching_residual_is_the_group_map_or_the_baseline_permutati
     assert report["residual"] == residual and report["max_dlogits_b"] <= 1e-4
     found = report["transform"]["residual"]
     assert found == residual, found  # a dense orthogonal map, or the baseline's permutation
+
+
+def test_the_papers_candidate_is_refused_for_grouped_query_heads_in_one_line(llamas, tmp_path):
+    from click.testing import CliRunner
+
+    from glmc.cli import main
+
+    result = CliRunner().invoke(main, ["align", str(llamas["s0"]), str(llamas["s1"]), "--method", "weight",
+                                       "--candidates", "glmc,paper", "--out", str(tmp_path / "al"), "--no-progress"])
+    err = result.output.strip()
+    assert result.exit_code == 1 and err.startswith("Error: ") and len(err.splitlines()) == 1, err
+    assert "'paper' needs plain multi-head attention" in err
+    assert not (tmp_path / "al").exists()
 
 
 def test_barrier_of_a_llama_pair_drops_with_weight_matching(llamas, tmp_path):

@@ -51,6 +51,18 @@ def parse_candidates(candidates) -> tuple[str, ...]:
     return names
 
 
+def usable_candidates(candidates, arch) -> tuple[str, ...]:
+    """The candidates this architecture can run. The paper's alternation needs plain multi-head attention, so
+    the default set leaves it out for grouped-query models; naming it there is refused."""
+    if candidates is None or tuple(candidates) == DEFAULT_CANDIDATES:
+        return tuple(n for n in DEFAULT_CANDIDATES if CANDIDATES[n][0] != "paper" or "heads" in arch.groups)
+    names = parse_candidates(candidates)
+    if "heads" not in arch.groups and any(CANDIDATES[n][0] == "paper" for n in names):
+        raise BadOption(f"the candidate 'paper' needs plain multi-head attention; this {arch.family} model declares "
+                        "no head permutation group (leave 'paper' out of --candidates)")
+    return names
+
+
 def candidate_transforms(view_a, view_b, arch, names, *, iterations, residual, tol, rows, head_maps, progress):
     """[(name, π, weight-distance log)] for every candidate alternation in `names`."""
     from glmc.matching.weight import paper_transform, weight_matching
@@ -94,8 +106,8 @@ def align_selected(model_a, model_b, *, data, batches: int, candidates, iteratio
     """weight.align with candidate selection (module docstring)."""
     from glmc.matching.weight import residual_kind, seen_token_rows, streamed_distance
 
-    names = parse_candidates(candidates)
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    names = usable_candidates(candidates, arch)
     if mode == "circuit":
         adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name
     head_maps = head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
