@@ -309,3 +309,42 @@ def test_a_constant_permutation_latent_is_projected_once_and_again_after_it_chan
     assert torch.equal(moved.src, (first.src + 1) % z.shape[0])  # each row of z moved one down
     trained = next(n for n in lat.kinds if n.startswith("residual"))
     assert lat.dense()[trained] is not lat.dense()[trained]  # a latent that trains is projected every step
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_groups_that_do_not_train_act_once_with_the_same_result(family):
+    """At perm_lr 0 the permutations are applied to B once, before the trained maps; the moved view and the
+    latents' gradients are those of applying every element in declaration order, and a change to a frozen latent
+    is seen."""
+    from types import SimpleNamespace
+
+    from glmc.matching.common import canonical_pair
+    from glmc.matching.learned import LearnedMatcher
+    from glmc.symmetry.random import random_full_transform
+    from glmc.symmetry.transform import apply_elements, constant_first
+
+    a, b = (tiny_gpt2(seed=0), tiny_gpt2(seed=1)) if family == "gpt2" else (_llama(0), _llama(1))
+    adapter, arch, va, vb = canonical_pair(a, b)
+    init = random_full_transform(arch, torch.Generator().manual_seed(0))
+    m = LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init])
+    m.optimizer(perm_lr=0.0)  # freezes the permutations
+    lat = m.latents[0]
+    frozen = [n for n in lat.kinds if not lat.z[n.replace(".", "_")].requires_grad]
+    first = constant_first(vb, frozen, arch)
+    assert first and set(first) <= set(frozen)
+    for _ in range(2):  # before and after a frozen latent changes
+        moved = m.moved(False)[1]
+        cached = m._first[0][1]
+        reference = apply_elements(vb, lat.dense(False), arch)
+        assert moved.keys() == reference.keys()
+        for k in reference:
+            assert torch.allclose(moved[k], reference[k], atol=1e-5), k
+        trained = [p for p in lat.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(sum(v.square().sum() for v in moved.values()), trained)
+        ref_grads = torch.autograd.grad(sum(v.square().sum() for v in reference.values()), trained)
+        for g, r in zip(grads, ref_grads):
+            assert torch.allclose(g, r, rtol=1e-4, atol=1e-5)
+        assert m.moved(False)[1] is not moved and m._first[0][1] is cached  # the constant part is reused
+        with torch.no_grad():  # another frozen permutation: the cache must notice
+            z = lat.z[sorted(first)[0].replace(".", "_")]
+            z.copy_(z.flip(0))

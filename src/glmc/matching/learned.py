@@ -48,7 +48,7 @@ from glmc.models.evaluate import summed, training_loss
 from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
-from glmc.symmetry.transform import Transform, apply_elements
+from glmc.symmetry.transform import Transform, apply_elements, constant_first
 
 DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
 # AdamW's learning rate for the latents, chosen on the validation split of benchmarks/suite.py's six tuning pairs
@@ -126,6 +126,11 @@ class Latents(torch.nn.Module):
             out[name] = self._constant[key]
         return out
 
+    def constant_state(self, hard: bool) -> tuple:
+        """What the constant projections depend on: their latents' versions (and `hard`, where soft differs)."""
+        return (hard and self.soft,) + tuple((n, z.device, z._version) for n, z in
+                                             ((n, self.z[_key(n)]) for n in self.kinds) if not z.requires_grad)
+
     @torch.no_grad()
     def transform(self) -> Transform:
         """The exact symmetry these latents stand for (hard permutations, exact orthogonal residual), projected in
@@ -139,7 +144,10 @@ class Latents(torch.nn.Module):
 
 
 def _mix(weights, tensors) -> torch.Tensor:
-    """Σ weights[m]·tensors[m] in one multiply and one fused multiply-add per further tensor."""
+    """Σ weights[m]·tensors[m]: one lerp for two weights summing to 1 (the pair path), else one multiply and one
+    fused multiply-add per further tensor."""
+    if len(tensors) == 2 and weights[0] + weights[1] == 1.0:
+        return torch.lerp(tensors[0], tensors[1], float(weights[1]))
     out = tensors[0] * weights[0]
     for w, t in zip(weights[1:], tensors[1:]):
         out = out.add(t, alpha=w)
@@ -194,6 +202,7 @@ class LearnedMatcher:
         self.probes = [None if p is None else {k: v.to(self.device) for k, v in p.items()}
                        for p in (probes or [None] * len(inits))]
         # learnable free weights: the fill's target is the reference plus these offsets (start: 0, the plain fill)
+        self._first = [None] * len(inits)  # per moved model: (constant_state, its view under the constant groups)
         self.free = torch.nn.ModuleList(
             torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(torch.zeros_like(self.views[0][k]))
                                     for k in nullspace.filled_keys(self.views[0], arch.n_layer)} if p is not None
@@ -218,12 +227,26 @@ class LearnedMatcher:
         out = [self.views[0]]
         for i, (view, lat, probes) in enumerate(zip(self.views[1:], self.latents, self.probes)):
             dense = lat.dense(hard)
-            b = apply_elements(view, dense, arch)
+            b = apply_elements(*self._constant_applied(i, view, lat, dense, hard), arch)
             if probes is not None:  # filled toward the reference inside every step, so training sees the fill
                 moved_p = nullspace.move_probes(probes, dense, lambda v, part: apply_elements(v, part, arch, False))
                 b = nullspace.fill(self.fill_target(i), b, moved_p, n)
             out.append(b)
         return out
+
+    def _constant_applied(self, i: int, view: dict, lat: Latents, dense: dict, hard: bool) -> tuple[dict, dict]:
+        """(view under the groups that do not train and may act first, the remaining elements). The first part
+        is computed once per change of those latents: at perm_lr 0 the permutations' gathers, forward and
+        backward, were a fifth of a small ViT's step overhead."""
+        state = lat.constant_state(hard)
+        if self._first[i] is None or self._first[i][0] != state:
+            self._first[i] = None  # the old copy goes before the new one is made
+            first = constant_first(view, [n for n in dense if not lat.z[_key(n)].requires_grad], self.arch)
+            with torch.no_grad():
+                moved = apply_elements(view, {n: dense[n] for n in first}, self.arch, strict=False)
+            self._first[i] = (state, moved, first)
+        _, moved, first = self._first[i]
+        return moved, {n: e for n, e in dense.items() if n not in first}
 
     def params_at(self, weights, hard: bool = False) -> dict:
         if isinstance(weights, (int, float)):

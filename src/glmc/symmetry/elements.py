@@ -287,6 +287,12 @@ class DenseMap:
             if t.shape[axis] != m.shape[0]:  # a map of n entries on an axis of n·r: blocks of r, as IndexMap
                 r = t.shape[axis] // m.shape[0]
                 m = torch.kron(m, torch.eye(r, dtype=m.dtype, device=m.device))
+            # one product with no layout ops where the axis allows (most of a learned step's maps are on 2-D
+            # tensors, where the general path's movedims and reshapes cost more than the product itself)
+            if axis == t.ndim - 1:
+                return t @ m
+            if axis == 0 and t.ndim == 2:
+                return m.mT @ t
             return torch.tensordot(t.movedim(axis, -1), m, dims=1).movedim(-1, axis)
         return batched_matmul(t, shared_copies(m, t.shape[batch_axis % t.ndim]), axis, batch_axis, torch.matmul)
 

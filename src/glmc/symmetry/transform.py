@@ -39,6 +39,24 @@ def apply_elements(view: dict[str, torch.Tensor], elements: dict, arch, strict: 
     return out
 
 
+def constant_first(view: dict[str, torch.Tensor], constant, arch) -> set[str]:
+    """The groups of `constant` that may act before all others with the same result: each shares no tensor axis
+    (batch axes included) with any group that stays in place and would act before it. Learned matching applies
+    these once, not every step."""
+    def axes(a):
+        nd = view[a.key].dim()
+        return {x % nd for x in (a.axis, a.batch_axis) if x is not None}
+
+    constant, touched, out = set(constant), {}, set()
+    for name, group in instantiate(arch.groups, arch.n_layer, view.keys()).items():
+        if name in constant and all(not axes(a) & touched.get(a.key, set()) for a in group.actions):
+            out.add(name)
+            continue
+        for a in group.actions:
+            touched.setdefault(a.key, set()).update(axes(a))
+    return out
+
+
 def _following(name: str, elements: dict, arch):
     """The permutation that reorders group `name`'s batch axis, if the declaration says it has one."""
     role, layer = split_name(name)
