@@ -101,7 +101,8 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 select_batches=None (with data: run several alternations and keep the one whose path midpoint has
                 the lowest loss on this many training batches; None: SELECT_BATCHES up to 2^25 parameters when
                 algorithm is "auto" and no glmc-only option is given; 0: off), candidates=None (which alternations:
-                names of glmc/matching/select.py's CANDIDATES, default "glmc,paper")
+                names of glmc/matching/select.py's CANDIDATES; None: all four, less "paper" for
+                grouped-query models)
             activation: batches=32, batch_size=32, progress=True, residual="orthogonal" (the residual group's
                 least-squares map from the streams' cross moments; "permutation": the correlation baseline's)
             learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,

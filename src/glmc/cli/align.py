@@ -41,7 +41,7 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
                    "auto when the models' data is known; 0: off; glmc/matching/select.py].")
 @click.option("--candidates", default=None,
               help="Weight matching: the alternations --select-batches chooses among, comma-separated "
-                   "(glmc, paper, glmc-l1, glmc-unweighted) [glmc,paper].")
+                   "(glmc, paper, glmc-l1, glmc-unweighted) [all four; paper not for grouped-query models].")
 @click.option("--batches", "act_batches", default=32, show_default=True, type=click.IntRange(min=1),
               help="Activation matching: training batches to correlate.")
 @click.option("--steps", default=None, type=click.IntRange(min=1),

@@ -201,8 +201,8 @@ class LearnedMatcher:
         # per moved model: its null-space probes (an embedded narrower model, align/nullspace.py) or None
         self.probes = [None if p is None else {k: v.to(self.device) for k, v in p.items()}
                        for p in (probes or [None] * len(inits))]
-        # learnable free weights: the fill's target is the reference plus these offsets (start: 0, the plain fill)
         self._first = [None] * len(inits)  # per moved model: (constant_state, its view under the constant groups)
+        # learnable free weights: the fill's target is the reference plus these offsets (start: 0, the plain fill)
         self.free = torch.nn.ModuleList(
             torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(torch.zeros_like(self.views[0][k]))
                                     for k in nullspace.filled_keys(self.views[0], arch.n_layer)} if p is not None

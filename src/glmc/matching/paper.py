@@ -103,11 +103,17 @@ def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
     return total
 
 
+def runs_on(arch) -> bool:
+    """Whether the paper's alternation applies: it assigns whole heads, so it needs plain multi-head attention (a
+    head permutation group; grouped-query models declare none)."""
+    return "heads" in arch.groups
+
+
 def paper_weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
                           rows: dict | None = None, progress: bool = True, log=None):
     """(Transform π with π(B) ≈ A in circuit form, per-iteration log): the module docstring's alternation.
     `rows`: the embedding rows of seen tokens (weight.seen_token_rows); `residual`: as weight_matching's."""
-    if "heads" not in arch.groups:
+    if not runs_on(arch):
         raise BadOption(f"the paper's circuit-form matching needs plain multi-head attention; this {arch.family} "
                         "model declares no head permutation group (use --mode native)")
     if iterations < 1:

@@ -20,6 +20,7 @@ import torch
 
 from glmc.errors import BadData, BadOption
 from glmc.matching.common import canonical_pair, finish, model_device
+from glmc.matching.paper import runs_on
 from glmc.paths.barrier import evaluate_batches
 from glmc.paths.interpolate import Interpolation
 from glmc.symmetry.transform import apply_elements
@@ -54,10 +55,10 @@ def parse_candidates(candidates) -> tuple[str, ...]:
 def usable_candidates(candidates, arch) -> tuple[str, ...]:
     """The candidates this architecture can run. The paper's alternation needs plain multi-head attention, so
     the default set leaves it out for grouped-query models; naming it there is refused."""
-    if candidates is None or tuple(candidates) == DEFAULT_CANDIDATES:
-        return tuple(n for n in DEFAULT_CANDIDATES if CANDIDATES[n][0] != "paper" or "heads" in arch.groups)
+    if candidates is None:
+        return tuple(n for n in DEFAULT_CANDIDATES if CANDIDATES[n][0] != "paper" or runs_on(arch))
     names = parse_candidates(candidates)
-    if "heads" not in arch.groups and any(CANDIDATES[n][0] == "paper" for n in names):
+    if not runs_on(arch) and any(CANDIDATES[n][0] == "paper" for n in names):
         raise BadOption(f"the candidate 'paper' needs plain multi-head attention; this {arch.family} model declares "
                         "no head permutation group (leave 'paper' out of --candidates)")
     return names
@@ -104,13 +105,13 @@ def midpoint_loss(canon_a, model_b, adapter, arch, view_b, transform, batches, t
 def align_selected(model_a, model_b, *, data, batches: int, candidates, iterations, residual, tol, mode,
                    head_maps, progress):
     """weight.align with candidate selection (module docstring)."""
-    from glmc.matching.weight import residual_kind, seen_token_rows, streamed_distance
+    from glmc.matching.weight import fits_head_maps, residual_kind, seen_token_rows, streamed_distance
 
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     names = usable_candidates(candidates, arch)
     if mode == "circuit":
         adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name
-    head_maps = head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
+    head_maps = fits_head_maps(head_maps, mode, arch)
     t0 = time.perf_counter()
     rows = seen_token_rows(data, view_a)  # the paper's residual fit uses the seen tokens' rows (paper.py)
     found = candidate_transforms(view_a, view_b, arch, names, iterations=iterations, residual=residual, tol=tol,

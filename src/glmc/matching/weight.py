@@ -815,10 +815,9 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
                      centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
     n_select = resolve_select(model_a, mode, algorithm, select_batches, data, candidates, **glmc_only)
     if n_select:
-        from glmc.matching.select import DEFAULT_CANDIDATES, align_selected
+        from glmc.matching.select import align_selected
 
-        return align_selected(model_a, model_b, data=data, batches=n_select,
-                              candidates=DEFAULT_CANDIDATES if candidates is None else candidates,
+        return align_selected(model_a, model_b, data=data, batches=n_select, candidates=candidates,
                               iterations=iterations, residual=residual, tol=tol, mode=mode, head_maps=head_maps,
                               progress=progress)
     if resolve_algorithm(model_a, mode, algorithm, **glmc_only) == "paper":
@@ -921,13 +920,19 @@ def _align_paper(model_a, model_b, iterations, residual, data, progress, restart
     if mode == "circuit":
         adapter.io_spec(model_a)  # a model without a circuit form (RoPE, register tokens, …) is refused by name
     rows = seen_token_rows(data, view_a) if data is not None else None
-    head_maps = head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
+    head_maps = fits_head_maps(head_maps, mode, arch)
     t, log = paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, head_maps)
     seen = None if not rows else int(rows["embed"].sum())
     report = {"method": "weight", "mode": mode, "algorithm": "paper", "residual": residual_kind(arch, residual),
               "head_maps": head_maps, "restarts": 1, "seen_token_rows": seen, "iterations": log,
               "transform": t.describe(), "distance_before": log[0]["distance"]}
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report)
+
+
+def fits_head_maps(head_maps: bool, mode: str, arch) -> bool:
+    """Whether per-head maps are fitted after an alternation: asked for, native mode (circuits absorb them), and
+    declared by the model."""
+    return head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
 
 
 def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, head_maps: bool):
