@@ -80,6 +80,8 @@ def test_selection_is_the_default_only_with_data_a_small_model_and_no_single_alg
     (dict(select_batches=2), "needs the models' data"),
     (dict(select_batches=2, data=object(), algorithm="glmc"), "nothing to choose among"),
     (dict(select_batches=-1, data=object()), "counts training batches"),
+    (dict(select_batches=2, data=object(), restarts=2), "restarts cannot apply"),
+    (dict(select_batches=2, data=object(), weighting="none"), "weighting cannot apply"),
 ])
 def test_selection_options_it_cannot_honour_are_refused(kwargs, words):
     with pytest.raises(BadOption, match=words):

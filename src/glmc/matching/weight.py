@@ -892,6 +892,11 @@ def resolve_select(model, mode: str = "native", algorithm: str = "auto", select_
         if select_batches and algorithm != "auto":
             raise BadOption(f"--algorithm {algorithm} runs one alternation, so there is nothing to choose among; "
                             "drop --select-batches, or use --algorithm auto")
+        # each candidate runs with its own settings (select.CANDIDATES); only the tolerance is passed on
+        unused = [k for k, v in _GLMC_DEFAULTS.items() if k != "tol" and options.get(k, v) != v]
+        if select_batches and unused:
+            raise BadOption(f"choosing among weight-matching candidates runs each with its own settings, so "
+                            f"{unused[0]} cannot apply; drop it, or turn the choice off with --select-batches 0")
         return select_batches
     if candidates is not None:  # asking for candidates asks for the selection
         return resolve_select(model, mode, algorithm, SELECT_BATCHES, data, None, **options)
