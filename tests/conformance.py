@@ -256,9 +256,9 @@ class AdapterConformance:
         assert max_diff(model, adapter.from_canonical(recovered, model), x) <= TOL
 
     def test_paper_circuit_matching_recovers_a_planted_symmetry(self, config):
-        """--mode circuit runs the paper's alternation (glmc/matching/paper.py): from B = π(A) it must find a
-        transform whose circuits are A's (per-head maps are absorbed by circuits, so the native weights may differ);
-        a model without a circuit form is refused by the adapter's reason."""
+        """--mode circuit without data runs the paper's alternation (glmc/matching/paper.py): from B = π(A) it must
+        find a transform whose circuits are A's (per-head maps are absorbed by circuits, so the native weights may
+        differ); a model without a circuit form is refused by the adapter's reason."""
         from glmc.matching.paper import paper_weight_matching
         from glmc.matching.weight import align
         from glmc.view.circuit import circuit_params

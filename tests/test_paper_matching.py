@@ -1,5 +1,6 @@
-"""The paper's weight matching (glmc/matching/paper.py, run by --mode circuit): its head cost against explicit
-circuits, its residual blocks at an exact solution, and the CLI's choice between it and glmc's alternation."""
+"""The paper's weight matching (glmc/matching/paper.py; --algorithm paper, and circuit mode without data): its
+head cost against explicit circuits, its residual blocks at an exact solution, and the CLI's choice between it,
+glmc's alternation and the selection among candidates."""
 
 import json
 
@@ -71,7 +72,8 @@ def test_seen_token_rows_are_the_only_embedding_rows_fitted():
 
 def test_align_cli_circuit_mode_runs_the_papers_algorithm(gpt2_pair, tmp_path):
     a, b = gpt2_pair
-    run_cli("align", a, b, "--mode", "circuit", "--out", tmp_path / "paper", "--no-progress")
+    run_cli("align", a, b, "--mode", "circuit", "--algorithm", "paper", "--out", tmp_path / "paper",
+            "--no-progress")
     run_cli("align", a, b, "--mode", "circuit", "--algorithm", "glmc", "--out", tmp_path / "glmc",
             "--no-progress")
     paper = json.loads((tmp_path / "paper" / "align.json").read_text())
@@ -80,6 +82,19 @@ def test_align_cli_circuit_mode_runs_the_papers_algorithm(gpt2_pair, tmp_path):
     steps = [s for s in paper["iterations"] if isinstance(s["step"], int)]
     assert len(steps) == 15  # the paper's fixed count: no early stop
     assert paper["max_dlogits_b"] <= 1e-4 and paper["distance_after"] < paper["distance_before"]
+
+
+def test_align_cli_circuit_mode_with_data_chooses_among_candidates_in_circuit_form(gpt2_pair, tmp_path):
+    """By default (the models' data is recorded beside them) circuit mode scores every candidate's midpoint in
+    circuit form and keeps the lowest, the paper's alternation among them."""
+    a, b = gpt2_pair
+    run_cli("align", a, b, "--mode", "circuit", "--out", tmp_path / "sel", "--no-progress")
+    report = json.loads((tmp_path / "sel" / "align.json").read_text())
+    assert report["algorithm"] == "select" and report["mode"] == "circuit"
+    scored = report["select"]["candidates"]
+    assert "paper" in [c["name"] for c in scored]
+    assert report["chosen"] == min(scored, key=lambda c: c["midpoint_loss"])["name"]
+    assert report["max_dlogits_b"] <= 1e-4
 
 
 def test_native_paper_algorithm_recovers_a_planted_symmetry_with_head_maps():

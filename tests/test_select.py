@@ -64,7 +64,10 @@ def test_selection_is_the_default_only_with_data_a_small_model_and_no_single_alg
     model, data = tiny_gpt2(), object()
     assert weight.resolve_select(model) == 0  # data-free without data
     assert weight.resolve_select(model, data=data) == weight.SELECT_BATCHES
-    assert weight.resolve_select(model, mode="circuit", data=data) == 0  # circuit mode: the paper's alone
+    assert weight.resolve_select(model, mode="circuit", data=data) == weight.SELECT_BATCHES
+    assert weight.resolve_select(model, mode="circuit") == 0  # without data: the paper's alternation alone
+    assert weight.resolve_select(model, mode="circuit", data=data, algorithm="paper") == 0
+    assert weight.resolve_algorithm(model, mode="circuit") == "paper"
     assert weight.resolve_select(model, mode="circuit", data=data, select_batches=2) == 2
     assert weight.resolve_select(model, algorithm="paper", data=data) == 0
     assert weight.resolve_select(model, data=data, restarts=2) == 0  # glmc's restarts choose by distance

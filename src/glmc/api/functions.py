@@ -96,8 +96,9 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 ("cosine", "l1": normalised unit signatures), weighting="norms" (residual fit weights: "rows",
                 "none"), algorithm="auto" ("paper": the paper's own alternation, its costs, residual
                 blocks and 15 iterations, using `data`'s seen tokens where known, then in native mode per-head
-                maps; "glmc": glmc's; "auto": paper in circuit mode, and in native mode the family's declared
-                one up to 2^25 parameters (GPT-2: paper, ViT and Llama: glmc) unless a glmc-only option is given),
+                maps; "glmc": glmc's; "auto": select_batches' choice when it applies, else paper in circuit mode,
+                and in native mode the family's declared one up to 2^25 parameters (GPT-2: paper, ViT and Llama:
+                glmc) unless a glmc-only option is given),
                 select_batches=None (with data: run several alternations and keep the one whose path midpoint has
                 the lowest loss on this many training batches; None: SELECT_BATCHES up to 2^25 parameters when
                 algorithm is "auto" and no glmc-only option is given; 0: off), candidates=None (which alternations:

@@ -32,9 +32,9 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
                    "its weight-matching start's [1].")
 @click.option("--algorithm", default="auto", show_default=True, type=click.Choice(["auto", "glmc", "paper"]),
               help="Weight matching: glmc's alternation, or the paper's (its costs, residual blocks and 15 iterations; "
-                   "glmc/matching/paper.py; in native mode followed by per-head maps) [auto: paper with --mode "
-                   "circuit; else the family's (GPT-2: paper up to 2^25 parameters), glmc when --restarts is "
-                   "given].")
+                   "glmc/matching/paper.py; in native mode followed by per-head maps) [auto: the best of "
+                   "--candidates (--select-batches) when it applies; else paper with --mode circuit, the family's "
+                   "in native mode (GPT-2: paper up to 2^25 parameters), glmc when --restarts is given].")
 @click.option("--select-batches", default=None, type=click.IntRange(min=0),
               help="Weight matching: run several alternations (--candidates) and keep the one whose path midpoint "
                    "has the lowest loss on this many training batches [4 up to 2^25 parameters with --algorithm "

@@ -1,5 +1,6 @@
-"""The paper's weight matching, run by `--mode circuit` (arXiv 2506.22712's code, as ../shared/design/maths.md
-describes it), so that circuit mode reproduces the paper's algorithm rather than glmc's.
+"""The paper's weight matching (arXiv 2506.22712's code, as ../shared/design/maths.md describes it): what
+`--algorithm paper` runs, in circuit mode to reproduce the paper's algorithm; circuit mode's default without data;
+and one of the candidates weight matching chooses among with data (glmc/matching/select.py).
 
 Per iteration (`iterations`, 15 in the paper; no early stop), in this order:
   1. residual O: orthogonal Procrustes on stacked blocks, each block's rows divided by √(its row count) (its
