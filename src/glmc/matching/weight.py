@@ -34,8 +34,8 @@ default. `scale-rotation` QK maps are solved per rotary plane in closed form
 with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).
 With data and below 2^25 parameters, align runs several alternations and keeps the one whose path midpoint has
-the lowest training loss (glmc/matching/select.py). Without data, circuit mode, and GPT-2 below 2^25 parameters
-(its declared Arch.weight_matching), run the paper's own alternation instead (glmc/matching/paper.py; `algorithm`,
+the lowest training loss (glmc/matching/select.py). Otherwise circuit mode, and GPT-2 below 2^25 parameters (its
+declared Arch.weight_matching), run the paper's own alternation instead (glmc/matching/paper.py; `algorithm`,
 resolve_algorithm).
 Stops when an iteration lowers the relative distance by less than `tol` (3e-3 for the weight method, TOL), or
 after `iterations`. Memory: the alternation walks the model one block at a time (layer_chunks), never holding a
@@ -815,7 +815,7 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     midpoint has the lowest loss on this many training batches; None: resolve_select's default, 0: off."""
     glmc_only = dict(fill=fill, head_similarity=head_similarity, tol=tol, seen_tokens=seen_tokens,
                      centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
-    n_select = resolve_select(model_a, mode, algorithm, select_batches, data, candidates, **glmc_only)
+    n_select = resolve_select(model_a, algorithm, select_batches, data, candidates, **glmc_only)
     if n_select:
         from glmc.matching.select import align_selected
 
@@ -880,12 +880,12 @@ SELECT_BATCHES = 4
 SELECT_UP_TO = 1 << 25
 
 
-def resolve_select(model, mode: str = "native", algorithm: str = "auto", select_batches: int | None = None,
-                   data=None, candidates=None, **options) -> int:
+def resolve_select(model, algorithm: str = "auto", select_batches: int | None = None, data=None, candidates=None,
+                   **options) -> int:
     """How many training batches align's candidate selection uses; 0: no selection. Given explicitly, it needs
     `data` and algorithm "auto". By default SELECT_BATCHES when `data` is given, `algorithm` is "auto", the model
-    has at most SELECT_UP_TO parameters and no option only glmc's alternation takes is set (as resolve_algorithm);
-    in either mode, whose parametrisation the midpoint is scored in."""
+    has at most SELECT_UP_TO parameters and no option only glmc's alternation takes is set (as resolve_algorithm).
+    The mode does not matter: each mode scores midpoints in its own parametrisation. Other options are ignored."""
     if select_batches is not None:
         if select_batches < 0:
             raise BadOption(f"select_batches counts training batches; got {select_batches}")
@@ -902,7 +902,7 @@ def resolve_select(model, mode: str = "native", algorithm: str = "auto", select_
                             f"{unused[0]} cannot apply; drop it, or turn the choice off with --select-batches 0")
         return select_batches
     if candidates is not None:  # asking for candidates asks for the selection
-        return resolve_select(model, mode, algorithm, SELECT_BATCHES, data, None, **options)
+        return resolve_select(model, algorithm, SELECT_BATCHES, data, None, **options)
     if data is None or algorithm != "auto" or \
             any(options.get(k, v) != v for k, v in _GLMC_DEFAULTS.items()):
         return 0
@@ -915,7 +915,7 @@ def wants_data(model, mode: str = "native", algorithm: str = "auto", **options) 
     if options.get("select_batches") not in (None, 0):
         return True
     return resolve_algorithm(model, mode, algorithm, **options) == "paper" or bool(
-        resolve_select(model, mode, algorithm, data=True, **options))
+        resolve_select(model, algorithm, data=True, **options))
 
 
 def _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps):
