@@ -20,7 +20,7 @@ what is missing; --fresh recomputes). Writes suite.md and suite.json under --out
     python benchmarks/suite.py                                  # everything (trains what is missing)
     python benchmarks/suite.py --role tune --methods none,weight  # the tuning pairs, validation split
     python benchmarks/suite.py --list                           # the pairs and their training commands
-    python benchmarks/suite.py --role eval --readme README.md   # the README's results table
+    python benchmarks/suite.py --role eval --readme docs/results.md   # the results page's table
 Run it alone: two torch processes on 2 cores slow each other 7–12×.
 """
 
@@ -323,7 +323,7 @@ def main(argv=None):
     ap.add_argument("--name", default="suite", help="report name under --out")
     ap.add_argument("--fresh", action="store_true", help="recompute cached results")
     ap.add_argument("--readme", type=Path, default=None,
-                    help="also write the report into this file's suite.py block (README.md's results table)")
+                    help="also write the report into this file's suite.py block (docs/results.md's table)")
     ap.add_argument("--train-only", action="store_true", help="train the missing models and stop")
     ap.add_argument("--list", action="store_true", help="print the pairs and stop")
     args = ap.parse_args(argv)

@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-# torch/torchvision are pinned in pyproject.toml (the pair that imports together beside timm)
-.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
+# exact versions from constraints.txt (pyproject.toml declares the supported ranges)
+.venv/bin/python -m pip install -q -c constraints.txt -e '.[test]' 2>&1 | grep -v "is ignored" || true
 .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt 2>&1 | grep -v "is ignored" || true
 # Fashion-MNIST ships as a Debian package (idx files under /usr/share/datasets/fashion-mnist)
 if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

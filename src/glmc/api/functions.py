@@ -357,4 +357,5 @@ class Verification(dict):
 
     @property
     def ok(self) -> bool:
+        """Whether every class kept the function within the tolerance."""
         return all(c.ok for c in self.checks)

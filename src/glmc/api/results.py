@@ -73,6 +73,8 @@ class Alignment:
         return Path(directory)
 
     def to_dict(self) -> dict:
+        """What `glmc align` writes as align.json (schema "glmc.align/1"): the two models' paths, the method and
+        its report (distances before/after, max |Δlogits|, timings, per-method details)."""
         a, b = (None if s is None else str(s) for s in self.sources)
         return {"schema": "glmc.align/1", "model_a": a, "model_b": b, "method": self.method, "moved": self.moved,
                 **self.report}
@@ -169,6 +171,9 @@ class Simplex:
 
     @property
     def metrics(self) -> dict:
+        """The simplex metrics (glmc/paths/simplex.py): "barrier", the largest excess loss L(Σλθ) − ΣλL(θ) over
+        the points, "barrier_at" (its λ), "vertex_loss" (each model's loss), "excess" (per point) and
+        "centre_excess" (at the point nearest the centre)."""
         from glmc.paths.simplex import simplex_metrics
 
         return simplex_metrics({"points": [tuple(p) for p in self.points], "loss": self.loss})
@@ -182,10 +187,12 @@ class Simplex:
         return f"glmc.Simplex(method={self.method!r}, k={len(self.points[0])}, barrier={self.barrier:.4f})"
 
     def to_dict(self) -> dict:
+        """The simplex as the CLI's JSON entry: points (λ per model), loss and accuracy at each, metrics, timings."""
         return {"points": [list(p) for p in self.points], "loss": list(self.loss), "acc": list(self.accuracy),
                 **self.metrics, **self.info}
 
     def to_json(self, path=None) -> str:
+        """The simplex as JSON text; also written (atomically) to `path` when given."""
         return _json(self.to_dict(), path)
 
     def plot(self, ax=None):

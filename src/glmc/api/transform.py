@@ -39,6 +39,8 @@ class Transform:
 
     @property
     def elements(self) -> dict:
+        """Group name ("residual", "heads.3", "qk.0", …) -> group element (an IndexMap, LinearMap or ScaleMap of
+        glmc/symmetry/elements.py; a residual LinearMap's `.matrix` is the [d_model, d_model] map x ↦ x·O)."""
         return self._t.elements
 
     def describe(self) -> dict[str, str]:
