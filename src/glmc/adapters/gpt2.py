@@ -58,10 +58,8 @@ PRESETS = {
 }
 
 
-# GPT-2's default weight matching is the paper's alternation then per-head maps: on the validation split of the
-# three GPT-2 tuning pairs of benchmarks/suite.py it gave 11.1 / 11.1 / 11.1 % of the vanilla barrier against
-# 10.9 / 12.6 / 12.0 % for glmc's (median 12.0 -> 11.1, worst 12.6 -> 11.1); the ViT tuning pairs went the other
-# way (median 12.9 -> 17.1), so the ViT adapters keep glmc's (benchmarks/README.md).
+# GPT-2's default weight matching is the paper's alternation then per-head maps (decision D3); the ViT adapters keep
+# glmc's
 PAPER_WEIGHT_MATCHING = "paper"
 
 

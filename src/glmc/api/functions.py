@@ -90,7 +90,7 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
                 head_maps=True, head_similarity="auto" (heads compared per rotary plane under RoPE; "circuit": whole
                 QK circuits), mode="native", progress=True, restarts=None (alternate from 1, 2 or 3 first
                 residual maps and keep the closest; None: 2 up to 2^25 parameters, else 1, as two cost twice the
-                time); candidates measured in benchmarks/README.md (off by default): seen_tokens=False (the
+                time); candidates of decision D1 (off by default): seen_tokens=False (the
                 embedding's part of the residual fit uses only tokens in the training split of `data`),
                 centred_keys=False (heads compared on what attention scores see), unit_similarity="inner"
                 ("cosine", "l1": normalised unit signatures), weighting="norms" (residual fit weights: "rows",

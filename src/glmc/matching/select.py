@@ -1,8 +1,8 @@
 """Weight matching's candidates, chosen by the loss at the middle of the path.
 
 Weight matching's alternation ends in one of many nearly tied optima of the weight distance, and which one it
-reaches decides much of the barrier: on the suite's ViTs a one-ulp change of the residual fit moved a pair from
-37.6 % to 41.9 % of the vanilla barrier (benchmarks/README.md), and the distance it minimises does not tell the
+reaches decides much of the barrier (decision D1: on the suite's ViTs a one-ulp change of the residual
+fit moved a pair by four points of the vanilla barrier), and the distance it minimises does not tell the
 optima apart (the restart it keeps is the closest, not the best). The model's own data can: when weight matching
 is given data, it runs every candidate alternation of `CANDIDATES` (each data-free) and keeps the transform whose
 midpoint, θ(½) = (A + π(B))/2 in the mode's parametrisation, has the lowest mean loss on `batches` batches of the
@@ -28,16 +28,14 @@ from glmc.symmetry.transform import apply_elements
 # name -> (algorithm, its options). "glmc" runs glmc's alternation from its two first residual maps (the norms
 # weighting's fit and the unweighted one) and gives one candidate per start; "paper", the paper's alternation
 # (glmc/matching/paper.py), followed in native mode by the per-head maps. The others are the variants of
-# benchmarks/README.md that helped some tuning pairs and hurt others.
+# decision D1 that helped some tuning pairs and hurt others.
 CANDIDATES = {
     "glmc": ("glmc", {"restarts": 2}),
     "paper": ("paper", {}),
     "glmc-l1": ("glmc", {"unit_similarity": "l1"}),
     "glmc-unweighted": ("glmc", {"weighting": "none"}),
 }
-# all four: on the tuning pairs' validation split (benchmarks/README.md) they gave GPT-2 9.7 % of vanilla (worst
-# 10.2) and ViT 12.9 % (26.6) against 11.0 (12.5) and 12.9 (26.6) for glmc's two starts and the paper's alone, and
-# 11.1 (11.4) / 12.9 (38.3) without selection
+# all four (decision D4)
 DEFAULT_CANDIDATES = tuple(CANDIDATES)
 BATCH_SIZE = 32
 

@@ -7,13 +7,8 @@ Minimises the weight distance Σ_t ‖A_t − π(B)_t‖² over the symmetry gro
      the same, whatever its scale, so a few large ones (a position table, a classifier) cannot decide the map
      alone. (`residual="permutation"`: linear assignment on M.) The first O uses only the input-side writers
      (token/patch/position embeddings, class token), the one place the stream's basis is pinned before any
-     block is matched. These two choices were made on test-split figures of benchmarks/barriers.py's pairs
-     (ViT/MNIST 30 % → 23 % of the vanilla barrier, ViT/Fashion-MNIST 20 % → 15 %, GPT-2 15.2 % → 14.6 %), before
-     the tuning protocol. Re-checked on the validation split of benchmarks/suite.py's six tuning pairs: the
-     unweighted fit (`weighting="none"`) and the paper code's 1/rows weighting (`"rows"`) lower the median
-     (14.9 % → 10.0 % / 11.1 %) but worsen the worst pair (37.6 % → 44.2 % / 47.0 %), so the norms weighting stays
-     (benchmarks/README.md). Learned matching starts from the unweighted fit (`balanced=False`), a choice also
-     made on a test-split figure (GPT-2: 4.4 % against 6.0 %) and not yet re-checked.
+     block is matched. These two choices, and
+     learned matching's start from the unweighted fit (`balanced=False`), are decision D1 (docs/decisions/).
   2. per layer, given O: heads by linear assignment on ⟨QK_A,h, QK_B,j⟩ + ⟨OV_A,h, OV_B,j⟩ with bias-augmented
      circuits, computed from d_head×d_head Gram blocks (⟨XᵀY, X′ᵀY′⟩ = Σ (X·X′ᵀ) ⊙ (Y·Y′ᵀ)), never d×d;
   3. per head, invertible maps that bring B's factors onto A's: with C = Aᵀ acting as q ↦ C·q, k ↦ C^-T·k
@@ -26,10 +21,8 @@ Grouped-query attention (declared `kv_heads` / `query_heads`): the same circuit 
 its group's key and value head); key/value groups by linear assignment on the sum of each group pair's best
 within-group query assignment, then that assignment inside the groups; per-kv-head maps are fitted on the factors
 of all their query heads side by side. Under RoPE (`scale-rotation` QK maps) heads are compared on their per-plane
-circuits (rotary_circuit_similarity), which see exactly what rotary attention computes; on the validation split
-of the Llama tuning pair (benchmarks/README.md) this left the barrier unchanged (37.9 % of vanilla vs 37.7 % with
-whole circuits) and the weight distance lower (0.780 vs 0.799), and it is the exact invariant, so it is the
-default. `scale-rotation` QK maps are solved per rotary plane in closed form
+circuits (rotary_circuit_similarity), which see exactly what rotary attention computes (chosen on the Llama
+tuning pair, decision D10), so it is the default. `scale-rotation` QK maps are solved per rotary plane in closed form
 (a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
 with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).
@@ -90,9 +83,7 @@ def start_keys(view) -> tuple:
     """The tensors the first residual map is fitted on. Without a position table (rotary positions) the token
     embeddings are the only input-side anchor, a few dozen rows of a char vocabulary for a d-dimensional stream,
     so the first map is mostly unconstrained; the untied LM head, whose rows are the same tokens, pins more of
-    it. Measured on the validation split of the `glmc demo --family llama` pair: 60 % → 47 % of the vanilla
-    barrier; no change with a position table (GPT-2 tied: 12.1 % vs 12.2 %; a digits ViT: 4.8 % vs 5.4 %, so it
-    stays off there)."""
+    it (decision D10); with a position table it stays off."""
     return INIT_KEYS if "pos_embed" in view else INIT_KEYS + ("head.w",)
 
 
@@ -514,9 +505,8 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
 # the first maps weight matching can start from (`restarts`: the default one, the other weighting's, B's stream as it
 # is); it alternates from each and keeps the lowest weight distance
 RESTARTS = 3
-# align's default restarts: 2 for models up to this many parameters, 1 above. Two lowered the tuning pairs' median
-# barrier (validation split, 14.0 -> 12.3 % of vanilla, worst 41.9 -> 39.6; benchmarks/README.md) at twice the
-# time, which costs seconds below this size and would take GPT-2-124M's weight matching from ~60 s to ~100 s.
+# align's default restarts: 2 for models up to this many parameters, 1 above (decision D2): twice the time, which
+# costs seconds below this size and would take GPT-2-124M's weight matching from ~60 s to ~100 s
 AUTO_RESTARTS_UP_TO = 1 << 25
 
 
@@ -625,11 +615,8 @@ def first_map_keys(view, keys_all, weighting: str) -> list:
     return [k for k in keys_all if k in (start_keys(view) if weighting != "none" else RAW_INIT_KEYS)]
 
 
-# The weight method's stopping tolerance, chosen on the validation split of three tuning pairs (GPT-2 and
-# Llama on Shakespeare, a digits ViT; 300/200 training steps, seeds 0/1; runs/tune in benchmarks/README.md):
-# barrier as % of vanilla after 4 / 6 / 10 / 15 iterations, mean of the three: 21.3 / 20.4 / 20.6 / 20.7. Past
-# ~0.3 % gain per iteration the distance still creeps down but the barrier does not follow, so 3e-3 stops
-# there (GPT-2 after 6 iterations, the ViT after 8, the Llama after 5), at a third to half the time.
+# The weight method's stopping tolerance (decision D11): past this relative gain per iteration the distance still
+# creeps down but the barrier does not follow
 TOL = 3e-3
 
 
@@ -646,11 +633,10 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     residual fits use only the embedding rows of tokens in `data`'s training split (seen_token_rows; no effect
     without token data); `centred_keys`, `unit_similarity`: match_inner's; `weighting`: the residual fit's
     tensor weights (_weight); `restarts`: weight_matching's, None for default_restarts (2 up to
-    AUTO_RESTARTS_UP_TO = 2^25 parameters, else 1). The candidates behind these last five were measured on the
-    tuning pairs of benchmarks/suite.py (benchmarks/README.md): restarts=2 beat one start there, which made it the
-    default where it is cheap; none of the others did. `algorithm` (ALGORITHMS): "glmc", this module's
-    alternation; "paper", the paper's own (glmc/matching/paper.py: of the options above it takes `iterations`,
-    `residual` and `data`, whose seen tokens it always uses), followed in native mode by per-head maps fitted given
+    AUTO_RESTARTS_UP_TO = 2^25 parameters, else 1). The candidates behind these last five are decisions D1
+    and D2: restarts=2 is the default where it is cheap; none of the others is. `algorithm` (ALGORITHMS): "glmc",
+    this module's alternation; "paper", the paper's own (glmc/matching/paper.py: of the options above it takes
+    `iterations`, `residual` and `data`, whose seen tokens it always uses), followed in native mode by per-head maps fitted given
     its residual map and permutations; "auto": resolve_algorithm's choice. `select_batches`: with `data`, run every
     alternation of `candidates` (glmc/matching/select.py; default DEFAULT_CANDIDATES) and keep the one whose path
     midpoint has the lowest loss on this many training batches; None: resolve_select's default, 0: off."""
@@ -708,13 +694,8 @@ def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **op
 
 
 # align selects among candidate alternations by their midpoint's training loss (glmc/matching/select.py) on this
-# many batches of 32 by default, in either mode, for models up to SELECT_UP_TO parameters, given data. Chosen on
-# the tuning pairs' validation split (benchmarks/README.md; % of vanilla, median (worst) of the six): no selection
-# 11.25 (38.3), 1 batch 10.0 (31.4), 4 batches 9.95 (26.6), 16 batches 9.95 (26.6) at twice the scoring time. In
-# circuit mode, against the paper's alternation alone, on two trainings of the tuning models: GPT-2 median 12.4 ->
-# 10.6 and 12.2 -> 10.7 (worst 16.3 both times), ViT worst 25.4 -> 31.5 on the first and 41.0 -> 39.1 on the second
-# (medians equal); lower or equal on 11 of 12 pair-trainings, lower on average. `algorithm="paper"` runs the paper's
-# alternation alone.
+# many batches of 32 by default, in either mode, for models up to SELECT_UP_TO parameters, given data (decision
+# D4). `algorithm="paper"` runs the paper's alternation alone.
 SELECT_BATCHES = 4
 # one alternation per candidate (five) and a forward pass of each midpoint: seconds at the suite's sizes, minutes
 # at GPT-2-124M's, where glmc's alternation alone is the default

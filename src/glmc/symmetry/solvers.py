@@ -147,9 +147,8 @@ def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> to
 
 
 # L-BFGS keeps 2·history copies of the batched maps: at torch's default 100 that was 0.9 GB for GPT-2-124M's
-# 144 OV maps, and grows as layers × heads × d_head². On the validation split of the GPT-2 / Llama / ViT tuning
-# pairs (runs/tune, benchmarks/README.md) histories 100 / 20 / 10 gave 25.2 / 25.3 / 25.4 % of the vanilla barrier
-# on average (per pair within 0.8 points, weight distances within 1e-3): the same, so 10, at a tenth the memory.
+# 144 OV maps, and grows as layers × heads × d_head². Shorter histories gave the same barriers (decision D11), so
+# 10, at a tenth the memory.
 LBFGS_HISTORY = 10
 LBFGS_FLOAT64_UP_TO = 1 << 16  # entries of the batched maps (16 heads of 64)
 
