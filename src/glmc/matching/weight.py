@@ -639,7 +639,8 @@ def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None
     `iterations`, `residual` and `data`, whose seen tokens it always uses), followed in native mode by per-head maps
     fitted given its residual map and permutations; "auto": resolve_algorithm's choice. `select_batches`: with
     `data`, run every alternation of `candidates` (glmc/matching/select.py; default DEFAULT_CANDIDATES) and keep the
-    one whose path midpoint has the lowest loss on this many training batches; None: resolve_select's default, 0: off."""
+    one whose path midpoint has the lowest loss on this many training batches; None: resolve_select's default,
+    0: off."""
     glmc_only = dict(fill=fill, head_similarity=head_similarity, tol=tol, seen_tokens=seen_tokens,
                      centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
     n_select = resolve_select(model_a, algorithm, select_batches, data, candidates, **glmc_only)
