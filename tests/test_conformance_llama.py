@@ -50,6 +50,9 @@ class TestLlamaConformance(AdapterConformance):
         "llama-L1-d24-h4kv1-mqa-relu-dh8": config(layers=1, width=24, heads=4, kv=1, mlp=36, act="relu", head_dim=8),
         "qwen2-L1-d16-h2kv1-mqa-tied": config(model_type="qwen2", layers=1, width=16, heads=2, kv=1, mlp=24,
                                               tied=True),
+        # gate, up and down biases: the gate bias follows the units, the up bias their scale, the down bias is a
+        # residual writer
+        "llama-L2-d32-h4kv2-mlp-bias": config(kv=2, mlp_bias=True),
     }
 
     def test_configs_cover_activations_and_head_shapes(self):
@@ -122,7 +125,6 @@ def test_grouped_query_transforms_invert_and_compose():
 
 @pytest.mark.parametrize("change, match", [
     (dict(model_type="llama", attention_bias=True), "attention_bias"),
-    (dict(model_type="llama", mlp_bias=True), "mlp_bias"),
 ])
 def test_inexact_variants_are_refused_by_name(change, match):
     model = llama(layers=1, **change)
@@ -145,3 +147,25 @@ def test_partial_rotary_and_circuit_mode_are_refused():
     model = llama(layers=1)
     with pytest.raises(UnsupportedModel, match="circuit mode"):
         adapter_for(model).io_spec(model)
+
+
+def test_mlp_biases_move_as_declared():
+    """mlp_bias=True: the up bias takes the unit's scale and the gate bias does not (negative controls by hand)."""
+    from glmc.symmetry.random import random_class_element
+
+    model = llama(kv=2, mlp_bias=True)
+    adapter = adapter_for(model)
+    arch = adapter.arch(model)
+    canon = canonical_model(model)
+    x = probe_inputs(model)
+    view = adapter.to_canonical(canon)
+    scale = random_class_element("mlp_scale", arch, torch.Generator().manual_seed(0))
+    moved = scale.apply(view, arch)
+    assert max_diff(canon, adapter.from_canonical(moved, canon), x) <= 1e-4
+    assert not torch.allclose(moved["blocks.0.mlp.in.b"], view["blocks.0.mlp.in.b"])
+    assert torch.equal(moved["blocks.0.mlp.gate.b"], view["blocks.0.mlp.gate.b"])
+    wrong = dict(moved, **{"blocks.0.mlp.in.b": view["blocks.0.mlp.in.b"]})  # the up bias left unscaled
+    assert max_diff(canon, adapter.from_canonical(wrong, canon), x) > 1e-2
+    s = scale["mlp_scale.0"].scale.float()
+    wrong = dict(moved, **{"blocks.0.mlp.gate.b": view["blocks.0.mlp.gate.b"] * s})  # the gate bias scaled too
+    assert max_diff(canon, adapter.from_canonical(wrong, canon), x) > 1e-2

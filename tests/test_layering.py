@@ -64,7 +64,7 @@ def test_family_knowledge_stays_in_the_adapters():
 # Words of native names that are also the field's ordinary vocabulary (and glmc's: its norm kinds, parameter
 # roles); a native name is forbidden by its distinctive words (c_attn, q_proj, embed_tokens, …).
 GENERIC = {"weight", "bias", "model", "layers", "norm", "attention", "gamma", "qkv", "layernorm", "proj", "embeddings",
-           "projection", "transformer"}
+           "projection", "transformer", "dense"}
 
 
 def _forbidden_names() -> dict[str, str]:

@@ -4,7 +4,9 @@ Native layout (nn.Linear, weights stored [out, in], y = x·Wᵀ + b):
   model.embed_tokens [V, d]; model.layers.{i}.input_layernorm / post_attention_layernorm / model.norm: RMSNorm
   self_attn.q_proj [H·d_head, d] (+ bias in Qwen2), k_proj / v_proj [H_kv·d_head, d] (+ bias in Qwen2),
   o_proj [d, H·d_head]; key/value head j serves query heads j·r … (j+1)·r − 1, r = H / H_kv (`repeat_kv`)
-  mlp.gate_proj / up_proj [n, d], down_proj [d, n]: (act(x·W_gateᵀ) ⊙ x·W_upᵀ)·W_downᵀ
+  mlp.gate_proj / up_proj [n, d], down_proj [d, n]: (act(x·W_gateᵀ + b_g) ⊙ (x·W_upᵀ + b_u))·W_downᵀ + b_d, the
+  biases only with mlp_bias: b_g follows the unit permutation, b_u the permutation and the per-unit scale, b_d is a
+  residual writer
   lm_head [V, d] (tied to embed_tokens when tie_word_embeddings)
 RoPE (`rotate_half`) rotates the head-coordinate planes (i, i + d_head/2), so the QK maps are scale-rotations.
 """
@@ -53,8 +55,11 @@ NAMES = NameMap([
     Entry("blocks.{i}.attn.o.w", _L + "self_attn.o_proj.weight", HEAD_COLUMNS),
     Entry("blocks.{i}.ln2.w", _L + "post_attention_layernorm.weight"),
     Entry("blocks.{i}.mlp.gate.w", _L + "mlp.gate_proj.weight"),
+    Entry("blocks.{i}.mlp.gate.b", _L + "mlp.gate_proj.bias", optional=True),  # mlp_bias=True
     Entry("blocks.{i}.mlp.in.w", _L + "mlp.up_proj.weight"),
+    Entry("blocks.{i}.mlp.in.b", _L + "mlp.up_proj.bias", optional=True),
     Entry("blocks.{i}.mlp.out.w", _L + "mlp.down_proj.weight", TRANSPOSE),
+    Entry("blocks.{i}.mlp.out.b", _L + "mlp.down_proj.bias", optional=True),
     Entry("ln_final.w", "model.norm.weight"),
     Entry("head.w", "lm_head.weight"),  # present in the state dict even when tied
 ])
@@ -131,8 +136,6 @@ class LlamaAdapter(TokenLM, Adapter):
         if c.hidden_act not in ELEMENTWISE:
             raise UnsupportedModel(f"MLP activation {c.hidden_act!r} is not a known elementwise function, so unit "
                                    "permutations may not preserve the function")
-        if getattr(c, "mlp_bias", False):
-            raise UnsupportedModel("mlp_bias=True: a gate bias breaks the per-unit up/down scale; not supported")
         if _model_type(model) != "qwen2" and getattr(c, "attention_bias", False):
             raise UnsupportedModel("attention_bias=True (biases on q/k/v and o_proj): not supported; only Qwen2's "
                                    "q/k/v biases are")

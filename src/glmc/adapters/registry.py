@@ -12,9 +12,10 @@ from glmc.adapters.common import hf_config
 from glmc.adapters.gpt2 import GPT2Adapter
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.llama import LlamaAdapter
+from glmc.adapters.neox import NeoXAdapter
 from glmc.adapters.timm_vit import TimmViTAdapter
 
-ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter]
+ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, NeoXAdapter]
 FAMILIES = tuple(cls.family for cls in ADAPTERS)
 
 

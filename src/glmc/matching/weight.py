@@ -343,26 +343,34 @@ def match_gated_mlp(view_a, view_b, i) -> IndexMap:
     return _assignment(gated_mlp_similarity(view_a, view_b, i))
 
 
+def _unit_rows(view, p: str, k: str) -> torch.Tensor:
+    """A unit's rows of the gated MLP's `k` ("gate", "in"), with its bias as one more column where it has one."""
+    w = view[p + k + ".w"]
+    return w if p + k + ".b" not in view else torch.cat([w, view[p + k + ".b"][:, None]], -1)
+
+
 def gated_mlp_similarity(view_a, view_b, i) -> torch.Tensor:
-    """Units of a gated MLP whose up/down rows may be rescaled per unit (mlp_scale): the gate rows by inner
-    product, up and down by |cosine|, which no per-unit scale (or sign) changes."""
+    """Units of a gated MLP whose up/down rows may be rescaled per unit (mlp_scale): the gate rows (and bias) by
+    inner product, up (with its bias) and down by |cosine|, which no per-unit scale (or sign) changes."""
     p = f"blocks.{i}.mlp."
 
-    def cos(k):
-        a, b = view_a[p + k].float(), view_b[p + k].float()
+    def cos(a, b):
+        a, b = a.float(), b.float()
         a, b = a / a.norm(dim=-1, keepdim=True).clamp_min(1e-30), b / b.norm(dim=-1, keepdim=True).clamp_min(1e-30)
         return (a @ b.T).abs()
 
-    gate_a, gate_b = view_a[p + "gate.w"].float(), view_b[p + "gate.w"].float()
+    gate_a, gate_b = _unit_rows(view_a, p, "gate").float(), _unit_rows(view_b, p, "gate").float()
     s = gate_a @ gate_b.T / (gate_a.norm() * gate_b.norm() / gate_a.shape[0]).clamp_min(1e-30)
-    return s + cos("in.w") + cos("out.w")
+    return (s + cos(_unit_rows(view_a, p, "in"), _unit_rows(view_b, p, "in"))
+            + cos(view_a[p + "out.w"], view_b[p + "out.w"]))
 
 
 def fit_mlp_scale(view_a, view_b, i) -> ScaleMap:
-    """Per-unit s with s·up_B ≈ up_A and down_B/s ≈ down_A, in closed form (best_complex_scale, real)."""
+    """Per-unit s with s·up_B ≈ up_A (bias included) and down_B/s ≈ down_A, in closed form (best_complex_scale,
+    real)."""
     p = f"blocks.{i}.mlp."
-    ua, ub, da, db = (view[p + k].double() for view, k in ((view_a, "in.w"), (view_b, "in.w"), (view_a, "out.w"),
-                                                            (view_b, "out.w")))
+    ua, ub = (_unit_rows(view, p, "in").double() for view in (view_a, view_b))
+    da, db = (view[p + "out.w"].double() for view in (view_a, view_b))
     s = best_complex_scale(ub.to(torch.complex128), ua.to(torch.complex128), db.to(torch.complex128),
                            da.to(torch.complex128), ua.pow(2).sum().clamp_min(1e-30), da.pow(2).sum().clamp_min(1e-30))
     return ScaleMap(s.real.float())

@@ -16,7 +16,8 @@ layer) are skipped. Roles:
   mlp        hidden units of a block's MLP (gate, in = up, out = down together in a gated MLP)
   kv_heads   grouped-query attention: the order of key/value heads; query heads move with theirs, as blocks
   query_heads  grouped-query attention: the order of query heads inside each key/value group
-  mlp_scale  a gated MLP's per-unit scale: s on mlp.in (up), 1/s on mlp.out (down); the gate is left alone
+  mlp_scale  a gated MLP's per-unit scale: s on mlp.in (up: weight and bias), 1/s on mlp.out (down); the gate
+             (weight and bias) is left alone: silu(x·W_gate + b_gate) is not homogeneous
 A batched map of b copies acting on a batch axis of b·r entries serves r consecutive entries with each copy:
 one key/value head's map shared by its r query heads under grouped-query attention (see elements.py).
 """
@@ -46,7 +47,8 @@ ROWS = (
     + [("mlp", "blocks.{i}.mlp.in.w", 0, "co", None),
        ("mlp", "blocks.{i}.mlp.in.b", 0, "co", None),
        ("mlp", "blocks.{i}.mlp.out.w", 0, "contra", None),
-       ("mlp", "blocks.{i}.mlp.gate.w", 0, "co", None)]
+       ("mlp", "blocks.{i}.mlp.gate.w", 0, "co", None),
+       ("mlp", "blocks.{i}.mlp.gate.b", 0, "co", None)]
     # grouped-query attention: an index map of n_kv entries moves the r query heads of a group as a block
     + [("kv_heads", f"blocks.{{i}}.attn.{p}.{w}", 0, "copy", None) for p in "qk" for w in "wb"]
     + [("kv_heads", f"blocks.{{i}}.attn.v.{w}", 0, "co", None) for w in "wb"]
@@ -54,6 +56,7 @@ ROWS = (
     + [("query_heads", f"blocks.{{i}}.attn.q.{w}", 0, "copy", None) for w in "wb"]
     + [("query_heads", "blocks.{i}.attn.o.w", 0, "contra", None)]
     + [("mlp_scale", "blocks.{i}.mlp.in.w", 0, "co", None),
+       ("mlp_scale", "blocks.{i}.mlp.in.b", 0, "co", None),
        ("mlp_scale", "blocks.{i}.mlp.out.w", 0, "contra", None)]
 )
 
