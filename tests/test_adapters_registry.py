@@ -14,6 +14,9 @@ SHAPES = {
     "hf-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
     "timm-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
     "llama": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
+    "qwen3": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
+    "gemma": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
+    "olmo": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False, clip_qkv=8.0),
 }
 
 

@@ -357,6 +357,8 @@ def fit_head_maps(kind_name: str, xa, xb, ya, yb) -> torch.Tensor:
         return fit_scale_rotation(xa, xb, ya, yb)
     if kind_name == "orthogonal":  # C^-T = C: one Procrustes problem on [X Y]
         return kind(kind_name).nearest(xa @ xb.transpose(-1, -2) + ya @ yb.transpose(-1, -2)).matrix
+    if hasattr(kind(kind_name), "fit_heads"):  # kinds that bring their own closed-form fit (symmetry/head_kinds.py)
+        return kind(kind_name).fit_heads(xa, xb, ya, yb)
     raise NotImplementedError(f"weight matching has no solver for per-head maps of kind {kind_name!r}")
 
 
