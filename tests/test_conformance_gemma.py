@@ -36,21 +36,19 @@ class TestGemmaConformance(AdapterConformance):
         assert {m.config.tie_word_embeddings for m in models} == {True, False}
 
 
-def test_the_canonical_gain_is_one_plus_w_and_folding_folds_it():
+def test_the_gain_is_declared_one_plus_w_and_folding_folds_it():
     model = decoder(GEMMA, kv=1, head_dim=8, tied=True)
     adapter = adapter_for(model)
-    view = adapter.to_canonical(model)
-    w = model.model.layers[0].input_layernorm.weight
-    assert view["blocks.0.ln1.w"].dtype == torch.float64
-    assert torch.equal(view["blocks.0.ln1.w"], w.double() + 1)
+    arch = adapter.arch(model)
+    assert {spec.gain for spec in arch.norms.values()} == {"1+w"}
     canon = canonical_model(model)
     x = probe_inputs(model)
     assert max_diff(model, canon, x) <= 1e-5
     # folded: every stored w is 0, i.e. a gain of exactly 1 (folding w instead of 1 + w would change the logits)
     assert all(torch.equal(p, torch.zeros_like(p)) for n, p in canon.named_parameters() if "norm" in n)
     wrong = adapter.to_canonical(model)
-    wrong["blocks.0.attn.q.w"] = wrong["blocks.0.attn.q.w"] * (wrong["blocks.0.ln1.w"] - 1).float()
-    wrong["blocks.0.ln1.w"] = torch.ones_like(wrong["blocks.0.ln1.w"])
+    wrong["blocks.0.attn.q.w"] = wrong["blocks.0.attn.q.w"] * wrong["blocks.0.ln1.w"]
+    wrong["blocks.0.ln1.w"] = torch.zeros_like(wrong["blocks.0.ln1.w"])
     assert max_diff(model, adapter.from_canonical(wrong, model), x) > 1e-2
 
 

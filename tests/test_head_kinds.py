@@ -1,13 +1,12 @@
-"""The discrete per-head kinds of glmc/symmetry/head_kinds.py: closed-form fits recover planted elements, the
+"""The discrete per-head kinds of glmc/symmetry/kinds/heads.py: closed-form fits recover planted elements, the
 learned parametrisation round-trips, and each kind is the subgroup it claims to be."""
 
 import pytest
 import torch
 
-from glmc.symmetry import head_kinds
 from glmc.symmetry.kinds import SignedPermutation, kind
 
-KINDS = ("plane-sign", "plane-quarter-turn", "signed-permutation")
+KINDS = ("plane-sign", "plane-quarter-turn", "head-signed-permutation")
 
 
 def rope(k: int, t: float) -> torch.Tensor:
@@ -25,7 +24,7 @@ def test_fit_heads_recovers_a_planted_element(name):
     xb, yb = torch.randn(b, k, 20, generator=gen, dtype=torch.float64), torch.randn(b, k, 20, generator=gen,
                                                                                      dtype=torch.float64)
     xa, ya = c @ xb, c @ yb  # orthogonal: C^-T = C
-    assert torch.equal(kind(name).fit_heads(xa, xb, ya, yb), c)
+    assert torch.equal(kind(name).fit_head_maps(xa, xb, ya, yb), c)
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -51,7 +50,7 @@ def test_plane_kinds_commute_with_rope(name):
     for t in (1.0, 3.0, 17.0):
         assert torch.allclose(m @ rope(8, t), rope(8, t) @ m)
     # and a signed permutation drawn at random does not
-    p = kind("signed-permutation").random(8, None, gen).matrix
+    p = kind("head-signed-permutation").random(8, None, gen).matrix
     assert not torch.allclose(p @ rope(8, 3.0), rope(8, 3.0) @ p)
 
 
@@ -63,6 +62,17 @@ def test_plane_signs_are_the_quarter_turns_that_are_diagonal():
 
 
 def test_unbatched_signed_permutations_are_the_old_kind_draw_for_draw():
-    a = kind("signed-permutation").random(6, None, torch.Generator().manual_seed(4)).matrix
+    a = kind("head-signed-permutation").random(6, None, torch.Generator().manual_seed(4)).matrix
     b = SignedPermutation().random(6, None, torch.Generator().manual_seed(4)).matrix
-    assert torch.equal(a, b) and isinstance(kind("signed-permutation"), head_kinds.SignedPermutations)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ("plane-sign", "plane-quarter-turn"))
+def test_plane_kinds_compare_heads_blind_to_their_maps(name):
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.randn(3, 8, 10, generator=gen, dtype=torch.float64), torch.randn(3, 8, 10, generator=gen,
+                                                                                 dtype=torch.float64)
+    c = kind(name).random(8, 3, gen).matrix.transpose(-1, -2)
+    same = kind(name).head_similarity(x, y, x, y)
+    moved = kind(name).head_similarity(x, y, c @ x, c @ y)
+    assert torch.allclose(same, moved)

@@ -45,8 +45,13 @@ class Arch:
     # the role's group is left out of `groups`, and asking for it raises UnsupportedModel with this reason
     unsupported: dict[str, str] = field(default_factory=dict)
     # "layernorm": writers are mean-centred and residual maps must fix the all-ones direction;
-    # "rmsnorm": no centring (glmc/view/canonical.py)
+    # "rmsnorm": no centring (glmc/view/canonical.py). The default of `norms`, which says it per norm.
     norm: str = "layernorm"
+    # canonical norm prefix ("blocks.{i}.ln1") -> NormSpec (glmc/symmetry/declarations.py): kind, gain, placement.
+    # Empty: the standard pre-norm stack, every norm of kind `norm` with a plain gain.
+    norms: dict = field(default_factory=dict)
+    # "sequential" | "parallel" (attention and MLP read the same stream; glmc/symmetry/declarations.py)
+    block: str = "sequential"
     # role -> GroupSpec (glmc/symmetry/spec.py): what each symmetry group is for this model, in application
     # order. Empty: the standard pre-norm Transformer groups, less the unsupported roles. An adapter restricts a
     # group by declaring another kind or batch structure for its role.
@@ -56,6 +61,11 @@ class Arch:
     weight_matching: str = "glmc"
 
     def __post_init__(self):
+        from glmc.symmetry.declarations import check_block, standard_norms
+
+        check_block(self.block)
+        if not self.norms:
+            self.norms = standard_norms(self.norm)
         if not self.groups:
             from glmc.symmetry.spec import transformer_groups
 
@@ -64,11 +74,36 @@ class Arch:
                                              residual, drop=self.unsupported)
 
     @property
+    def centred_stream(self) -> bool:
+        """Whether every reader sees the stream through a mean-subtracting norm (so writers may be centred)."""
+        return all(n.centres for n in self.norms.values() if n.placement == "input")
+
+    @property
     def relu(self) -> bool:
         return self.activation == "relu"
 
     def to_dict(self):
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainOption:
+    """A `glmc train` option of one family, declared as data (glmc/cli/train.py turns it into a click option).
+    The value lands in the run's merged settings under `name`: a build() keyword (model_options), a data spec
+    field the adapter's train_data reads, or a TrainConfig field."""
+
+    name: str  # python name; the flag is --name with "_" → "-"
+    type: str = "count"  # "count" (int ≥ 1) | "int" (≥ minimum) | "choice" | "switch" (--name/--off) | "text"
+    help: str = ""
+    choices: tuple = ()
+    default: object = None  # None: take it from the preset
+    minimum: int = 1  # "int" only
+    off: str = ""  # "switch" only: the negative flag's name (tied → untied)
+
+
+LM_TEXT = ("shakespeare", "shakespeare, python-stdlib (a code corpus) or text:PATH.")
+LM_OPTIONS = (TrainOption("tokenizer", "text", "char, gpt2 or bpe:N [preset: char]."),
+              TrainOption("context", "count", "Context length in tokens."))
 
 
 class Adapter:
@@ -80,10 +115,25 @@ class Adapter:
     task: str = ""  # "lm" | "cls"
     input_key: str = ""  # the glmc.data batch key the model reads ("input_ids" | "pixel_values")
     names: NameMap | None = None  # native ⇄ canonical, read both ways by to_canonical and native_state
+    # the native model classes and config model_type values this adapter serves (or refuses by name); with the
+    # native names in `names`, no module outside adapters/ may name them (tests/test_layering.py)
+    native_classes: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
     label: str = ""  # the family's name for people ("GPT-2"), for error messages
     dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
     presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
     model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
+    # `glmc train <train_command>` (glmc/cli/train.py generates one sub-command per name from the registry);
+    # adapters that share a command are told apart by `--family <train_variant>` (the first one is the default)
+    train_command: str = ""  # default: the family name
+    train_variant: str | None = None
+    train_help: str = ""  # the sub-command's help
+    train_data: tuple[str, str] = LM_TEXT  # (default --data, its help)
+    train_options: tuple[TrainOption, ...] = ()  # options beyond the shared ones (glmc/cli/train.py)
+    # `glmc demo --family <family>` (glmc/cli/demo.py): build() options of the two models it trains on characters
+    # of Shakespeare (vocabulary and context come from the data), and what to call them; empty: no demo
+    demo_shape: dict = {}
+    demo_label: str = ""
 
     @staticmethod
     def matches(model) -> bool:
@@ -99,6 +149,11 @@ class Adapter:
         headers before loading (a loader that silently initialises missing weights at random would hide them);
         None when the family's loader checks strictly itself."""
         return None
+
+    def training_data(self, p: dict, given: set, log) -> dict:
+        """The glmc.data spec a `glmc train` run reads, from the merged settings `p` (preset + options), which it
+        may complete or refuse (raise BadOption); `given`: the names the user set; `log(msg)` tells the user."""
+        return {"source": p["data"], "tokenizer": p["tokenizer"], "context": p["context"]}
 
     def check_supported(self, model) -> None:
         """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""

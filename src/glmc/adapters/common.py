@@ -23,6 +23,55 @@ VIT_PRESETS = {
 VIT_OPTIONS = ("layers", "width", "heads", "mlp", "dropout", "activation", "patch")
 
 
+class ViTTraining:
+    """`glmc train vit [--family hf|timm]`: the options and data of both ViT adapters (mixed in before Adapter)."""
+
+    train_command = "vit"
+    train_help = ("ViT on images: HF ViTForImageClassification (--family hf) or timm VisionTransformer (--family "
+                  "timm). Presets: cpu (4 layers, width 128, patch 7, 3 epochs), paper-cifar (6 layers, width 256, 8 "
+                  "heads, MLP 512, patch 4).")
+    train_data = ("mnist", "mnist, fashion-mnist, digits, cifar10:DIR, cifar100:DIR or folder:DIR.")
+
+    @property
+    def train_options(self):
+        from glmc.adapters.base import TrainOption
+
+        return (TrainOption("patch", "count", "Patch size (must divide the image size)."),
+                TrainOption("augment", "choice", "[crop-flip for CIFAR, else none]", ("none", "crop-flip")),
+                TrainOption("activation", "choice", "", ("gelu", "relu"), default="gelu"),
+                TrainOption("pool", "choice", "What the head reads: the class token, or the mean of the patch tokens "
+                            "(timm only) [cls].", ("cls", "avg")))
+
+    def pooling(self, pool: str | None):
+        """The build() pool value for --pool (None: the preset's)."""
+        if pool == "avg":
+            from glmc.errors import BadOption
+
+            raise BadOption(f"--family {self.train_variant} pools the class token only; use --family timm for "
+                            "average pooling")
+        return None
+
+    def training_data(self, p: dict, given: set, log) -> dict:
+        pool = self.pooling(p.pop("pool", None))
+        if pool is not None:
+            p["pool"] = pool
+        spec = {"source": p["data"], **({"augment": p["augment"]} if p.get("augment") else {})}
+        if "patch" not in given:
+            p["patch"] = fitting_patch(spec, p["patch"], log)
+        return spec
+
+
+def fitting_patch(spec: dict, patch: int, log) -> int:
+    """The preset's patch, or the largest smaller one that divides the image size (8×8 digits, 32×32 CIFAR)."""
+    import glmc.data
+
+    size = glmc.data.load(glmc.data.parse_spec(spec)).image_size
+    fitted = max(d for d in range(1, min(patch, size) + 1) if size % d == 0)
+    if fitted != patch:
+        log(f"patch {patch} does not divide image size {size}; using patch {fitted}")
+    return fitted
+
+
 def image_data_shape(family: str, ds) -> dict:
     """The sizes an image data set decides for a ViT: image size, channels, classes."""
     if ds.task != "cls":

@@ -2,9 +2,8 @@
 and scaled embeddings.
 
 Read off transformers' modeling_gemma.py:
-  GemmaRMSNorm stores w and scales by (1 + w) (in float32, then casts back); the canonical gain is 1 + w, held in
-  float64 so that native → canonical → native is bit-exact (1 + w of a float32 w is exact in float64), and
-  written back as gain − 1 in the model's dtype. Folding then folds 1 + w, not w.
+  GemmaRMSNorm stores w and scales by (1 + w) (in float32, then casts back): declared as a "1+w" gain
+  (glmc/symmetry/declarations.py), so canonicalisation folds 1 + w and leaves w = 0.
   model.embed_tokens is a GemmaTextScaledWordEmbedding: the looked-up rows times a constant √d (a float32 buffer
   `embed_scale`, non-persistent, cast to the weights' dtype). A constant commutes with every residual map, so the
   canonical `embed` is the stored table; the LM head reads the unscaled table when tied (tie_word_embeddings,
@@ -17,18 +16,10 @@ Groups: Llama's (docs/families-qwen3-gemma-olmo.md). Narrow → wide is refused:
 from __future__ import annotations
 
 from glmc.adapters.base import UnsupportedModel
-from glmc.adapters.namemap import Converter, Entry, Layout
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
+from glmc.symmetry.declarations import standard_norms
 
-# w ↔ 1 + w: differentiable both ways; the canonical side in float64 (exact for float32 / bfloat16 / float16 w)
-ONE_PLUS = Converter("one-plus", lambda t, dims: t.double() + 1.0, lambda t, dims: (t - 1.0).to(dims["dtype"]))
-
-_L = "model.layers.{i}."
-NAMES = decoder_names(replace={
-    "blocks.{i}.ln1.w": Entry("blocks.{i}.ln1.w", _L + "input_layernorm.weight", ONE_PLUS),
-    "blocks.{i}.ln2.w": Entry("blocks.{i}.ln2.w", _L + "post_attention_layernorm.weight", ONE_PLUS),
-    "ln_final.w": Entry("ln_final.w", "model.norm.weight", ONE_PLUS),
-})
+NAMES = decoder_names()
 
 PRESETS = {
     # Llama's cpu preset shape with Gemma's defaults: a tied head and multi-query attention (1 key/value head)
@@ -58,10 +49,12 @@ class GemmaAdapter(RoPEDecoderAdapter):
     classes = {"gemma": "GemmaForCausalLM"}
     refused = REFUSED
 
-    def layout(self, model) -> Layout:
-        layout = super().layout(model)
-        layout.dims["dtype"] = model.model.norm.weight.dtype
-        return layout
+    train_help = ("A Gemma (v1) decoder (RMSNorm with 1 + w gains, √d-scaled embeddings, RoPE, gated GELU, multi- or "
+                  "grouped-query attention) on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 1 "
+                  "key/value head, 344 units, tied, char tokenizer).")
+
+    def norms(self, model) -> dict:
+        return standard_norms("rmsnorm", "1+w")
 
     def check_supported(self, model) -> None:
         super().check_supported(model)

@@ -24,6 +24,7 @@ from glmc.adapters.common import (
     ELEMENTWISE,
     VIT_OPTIONS,
     VIT_PRESETS,
+    ViTTraining,
     assign_state,
     check_heads,
     check_patch,
@@ -75,15 +76,18 @@ def _is_classifier(model) -> bool:
     return type(model).__name__ == "ViTForImageClassification"
 
 
-class HFViTAdapter(Adapter):
+class HFViTAdapter(ViTTraining, Adapter):
     family = "hf-vit"
     task = "cls"
     input_key = "pixel_values"
     names = NAMES
+    native_classes = CLASSES
+    model_types = ("vit",)
     label = "ViT"
     dir_format = "config.json with model_type 'vit' + *.safetensors (save_pretrained)"
     presets = VIT_PRESETS
     model_options = VIT_OPTIONS
+    train_variant = "hf"
 
     @staticmethod
     def matches(model) -> bool:

@@ -2,11 +2,10 @@
 LayerNorms and, optionally, clipped q/k/v projections.
 
 Read off transformers' modeling_olmo.py:
-  OlmoLayerNorm: F.layer_norm with no weight, no bias and eps = 1e-5 written in the module (no config field).
-  The canonical view carries these norms as gains of ones (ln1.w, ln2.w, ln_final.w), which no native tensor
-  stores: canonicalisation then has nothing to fold, mean-centres the writers (the norm subtracts the mean) and
-  the residual maps are the orthogonal maps that fix the all-ones direction, as in GPT-2. A view whose gains are
-  not ones (nothing glmc makes) cannot be written back and is refused.
+  OlmoLayerNorm: F.layer_norm with no weight, no bias and eps = 1e-5 written in the module (no config field):
+  declared as LayerNorms without gains (glmc/symmetry/declarations.py), so canonicalisation has nothing to fold,
+  mean-centres the writers (the norm subtracts the mean) and the residual maps are the orthogonal maps that fix
+  the all-ones direction, as in GPT-2.
   clip_qkv = c: q_proj, k_proj and v_proj outputs (biases included) are clamped elementwise to [−c, c] before the
   heads are split and RoPE applied. The residual maps act on the projections' inputs and survive; inside a head
   a map acts on the clamped coordinates, so it must commute with an elementwise symmetric clamp: signed
@@ -18,47 +17,16 @@ Narrow → wide is refused: it must rescale the norms' eps by N/M, which OLMo ha
 
 from __future__ import annotations
 
-import torch
-
-from glmc.adapters.base import UnsupportedModel
-from glmc.adapters.namemap import Layout, NameMap
+from glmc.adapters.base import TrainOption, UnsupportedModel
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
-from glmc.symmetry import head_kinds
+from glmc.errors import BadOption
+from glmc.symmetry.declarations import standard_norms
 from glmc.symmetry.spec import GroupSpec
 
-head_kinds.register()
-
 OLMO_EPS = 1e-5  # OlmoLayerNorm's, fixed in its forward
-NORM_KEYS = ("blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w")
 
 
-class ParameterFreeNorms(NameMap):
-    """A name map whose norms have no parameters: the view gets gains of ones for them, and writing a view back
-    drops them (refusing gains that are not ones: no native tensor could hold them)."""
-
-    def to_canonical(self, state, layout: Layout, copy=None, after=None):
-        view = super().to_canonical(state, layout, copy, after)
-        like = view["embed"]
-        ones = {k.format(i=i): torch.ones(like.shape[-1], dtype=like.dtype, device=like.device)
-                for k in NORM_KEYS for i in (range(layout.n_layer) if "{i}" in k else [None])}
-        # block norms after their block's tensors, the final one at the end: the order the model reads them in
-        return {**view, **ones}
-
-    def to_native(self, view, layout: Layout, consume: bool = False):
-        for k in (t.format(i=i) for t in NORM_KEYS for i in (range(layout.n_layer) if "{i}" in t else [None])):
-            gain = view.pop(k) if consume else view.get(k)
-            if gain is not None and not bool((gain.detach() == 1).all()):
-                raise UnsupportedModel(f"OLMo's LayerNorms have no gains, so a view with {k} ≠ 1 cannot be written "
-                                       "back; canonicalise it first")
-        return super().to_native({k: v for k, v in view.items() if not _is_norm(k)} if not consume else view,
-                                 layout, consume)
-
-
-def _is_norm(key: str) -> bool:
-    return key == "ln_final.w" or key.endswith((".ln1.w", ".ln2.w"))
-
-
-NAMES = ParameterFreeNorms(decoder_names(drop=NORM_KEYS).entries)
+NAMES = decoder_names(drop=("blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w"))
 
 PRESETS = {
     # the Llama cpu preset's shape; OLMo-1B's clip_qkv is None, OLMo-7B-0424's 8.0: the preset clips at 8 (a
@@ -85,6 +53,22 @@ class OlmoAdapter(RoPEDecoderAdapter):
     model_options = RoPEDecoderAdapter.model_options + ("clip_qkv",)
     classes = {"olmo": "OlmoForCausalLM"}
     refused = REFUSED
+    train_help = ("An OLMo (v1) decoder (LayerNorm without parameters, RoPE, SwiGLU, optional clip_qkv) on text. "
+                  "Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, "
+                  "untied, clip_qkv 8, char tokenizer).")
+    train_options = RoPEDecoderAdapter.train_options + (
+        TrainOption("clip_qkv", "text", "Clamp q/k/v projections to [-c, c]: a positive number, or none [preset: 8]."),)
+
+    def training_data(self, p: dict, given: set, log) -> dict:
+        clip = p.get("clip_qkv")
+        if isinstance(clip, str):
+            try:
+                p["clip_qkv"] = None if clip.lower() in ("none", "off") else float(clip)
+            except ValueError:
+                raise BadOption(f"--clip-qkv takes a positive number or none, got {clip!r}") from None
+            if p["clip_qkv"] is not None and not p["clip_qkv"] > 0:
+                raise BadOption(f"--clip-qkv must be positive (or none), got {clip}")
+        return super().training_data(p, given, log)
 
     def norm(self, model) -> str:
         return "layernorm"
@@ -92,13 +76,16 @@ class OlmoAdapter(RoPEDecoderAdapter):
     def ln_eps(self, model) -> float:
         return OLMO_EPS
 
+    def norms(self, model) -> dict:
+        return standard_norms("layernorm", None)
+
     def groups(self, model) -> dict:
         g = super().groups(model)
         g["residual"] = GroupSpec("orthogonal-fixing-ones", model.config.hidden_size, subgroups=("permutation",))
         if model.config.clip_qkv is not None:
             qk, ov = g["qk"], g["ov"]
             g["qk"] = GroupSpec("plane-quarter-turn", qk.size, batch=qk.batch, per_layer=True, follows="kv_heads")
-            g["ov"] = GroupSpec("signed-permutation", ov.size, batch=ov.batch, per_layer=True, follows="kv_heads")
+            g["ov"] = GroupSpec("head-signed-permutation", ov.size, batch=ov.batch, per_layer=True, follows="kv_heads")
         return g
 
     def unsupported(self, model) -> dict[str, str]:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from glmc.adapters.namemap import Entry
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
-from glmc.symmetry import head_kinds
+from glmc.symmetry.declarations import NormSpec
 from glmc.symmetry.spec import GroupSpec
-
-head_kinds.register()
 
 _A = "model.layers.{i}.self_attn."
 NAMES = decoder_names(after_o=(Entry("blocks.{i}.attn.q_norm.w", _A + "q_norm.weight"),
@@ -44,6 +42,14 @@ class Qwen3Adapter(RoPEDecoderAdapter):
     presets = PRESETS
     classes = {"qwen3": "Qwen3ForCausalLM"}
     refused = REFUSED
+    train_help = ("A Qwen3 decoder (RMSNorm, QK-norm on every query/key head, RoPE, SwiGLU, grouped-query attention) "
+                  "on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 "
+                  "units, untied, char tokenizer).")
+
+    def norms(self, model) -> dict:
+        # q_norm / k_norm: over each head's dimensions, left in place (the plane signs commute with them)
+        return {**super().norms(model), "blocks.{i}.attn.q_norm": NormSpec("rmsnorm", "w", "head"),
+                "blocks.{i}.attn.k_norm": NormSpec("rmsnorm", "w", "head")}
 
     def groups(self, model) -> dict:
         g = super().groups(model)

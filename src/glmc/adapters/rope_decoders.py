@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import transformers
 
-from glmc.adapters.base import Arch, UnsupportedModel
+from glmc.adapters.base import LM_OPTIONS, Arch, TrainOption, UnsupportedModel
 from glmc.adapters.common import ELEMENTWISE, hf_config
 from glmc.adapters.llama import NAMES as LLAMA_NAMES
 from glmc.adapters.llama import LlamaAdapter, llama_groups
 from glmc.adapters.namemap import Entry, NameMap
+from glmc.symmetry.declarations import standard_norms
 
 _L = "model.layers.{i}."
 # the output projection's bias (`attention_bias`), a residual writer like the projection itself
@@ -43,6 +44,17 @@ class RoPEDecoderAdapter(LlamaAdapter):
     classes: dict[str, str] = {}
     refused: dict[str, str] = {}
     config_defaults: dict = {}  # config fields build() sets beyond the shape
+    demo_shape: dict = {}
+    train_options = LM_OPTIONS + (
+        TrainOption("kv_heads", "count", "Key/value heads (grouped-query attention; must divide --heads)."),
+        TrainOption("head_dim", "int", "Head size, even (RoPE pairs) [width / heads].", minimum=2),
+        TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset's].", off="untied"))
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # what tests/test_layering.py keeps out of core code: the classes served and refused, their model types
+        cls.native_classes = tuple(cls.classes.values()) + tuple(cls.refused)
+        cls.model_types = tuple(cls.classes)
 
     @classmethod
     def matches(cls, model) -> bool:
@@ -83,6 +95,10 @@ class RoPEDecoderAdapter(LlamaAdapter):
     def norm(self, model) -> str:
         return "rmsnorm"
 
+    def norms(self, model) -> dict:
+        """The declared norms (glmc/symmetry/declarations.py; default: pre-norm RMSNorms with plain gains)."""
+        return standard_norms(self.norm(model))
+
     def ln_eps(self, model) -> float:
         return model.config.rms_norm_eps
 
@@ -90,7 +106,7 @@ class RoPEDecoderAdapter(LlamaAdapter):
         c = model.config
         return Arch(self.family, "lm", c.num_hidden_layers, c.hidden_size, c.num_attention_heads, self._d_head(model),
                     c.intermediate_size, "gated-" + c.hidden_act, self.ln_eps(model), norm=self.norm(model),
-                    unsupported=self.unsupported(model), groups=self.groups(model))
+                    norms=self.norms(model), unsupported=self.unsupported(model), groups=self.groups(model))
 
     def build(self, vocab_size, context, layers, width, heads, mlp, kv_heads=None, tied=False, activation=None,
               head_dim=None, model_type=None, **extra):

@@ -26,7 +26,15 @@ import torch
 from torch import nn
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
-from glmc.adapters.common import VIT_OPTIONS, VIT_PRESETS, assign_state, check_heads, check_patch, image_data_shape
+from glmc.adapters.common import (
+    VIT_OPTIONS,
+    VIT_PRESETS,
+    ViTTraining,
+    assign_state,
+    check_heads,
+    check_patch,
+    image_data_shape,
+)
 from glmc.adapters.namemap import (
     CONV_PATCH,
     HEAD_COLUMNS,
@@ -85,15 +93,21 @@ def final_norm_key(model) -> str:
     return "norm" if _is_ln(model.norm) else "fc_norm"
 
 
-class TimmViTAdapter(Adapter):
+class TimmViTAdapter(ViTTraining, Adapter):
     family = "timm-vit"
     task = "cls"
     input_key = "pixel_values"
     names = NAMES
+    native_classes = ("VisionTransformer",)
+    model_types = ()
     label = "timm ViT"
     dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
     presets = VIT_PRESETS
     model_options = VIT_OPTIONS + ("pool",)
+    train_variant = "timm"
+
+    def pooling(self, pool):
+        return {"cls": "token", "avg": "avg"}.get(pool) if pool else None
 
     @staticmethod
     def matches(model) -> bool:

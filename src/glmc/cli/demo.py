@@ -11,12 +11,29 @@ learned matching for 300 steps, about 15 minutes.
 
 import click
 
-# Small enough for about a minute per model on 2 CPU cores, large enough to show a clear vanilla barrier.
-DEMO_SHAPE = dict(layers=4, width=128, heads=4, mlp=512, dropout=0.0, tied=True, activation="gelu_new")
-# `--family llama`: the `glmc train llama` CPU preset's shape (4 query heads sharing 2 key/value heads, SwiGLU)
-SHAPES = {"gpt2": DEMO_SHAPE,
-          "llama": dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False)}
-NAMES = {"gpt2": "GPT-2s", "llama": "Llama decoders (RMSNorm, RoPE, SwiGLU, 4 query / 2 key-value heads)"}
+DEFAULT_FAMILY = "gpt2"
+
+
+def demo_families() -> dict:
+    """family -> (model shape, what the models are called): every registered adapter that declares a demo
+    (Adapter.demo_shape, demo_label), trained on characters of Shakespeare."""
+    from glmc.adapters import ADAPTERS
+
+    return {cls.family: (cls.demo_shape, cls.demo_label) for cls in ADAPTERS if cls.demo_shape}
+
+
+class _Families(click.Choice):
+    """The --family choice, read from the adapter registry only when the option is used (not for `glmc --help`)."""
+
+    def __init__(self):
+        super().__init__([])
+
+    def convert(self, value, param, ctx):
+        self.choices = list(demo_families())
+        return super().convert(value, param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "FAMILY"
 PRESETS = {
     "quick": dict(context=64, steps=500, learned_steps=150, max_batches=10, out="runs/demo",
                   methods=["none", "activation", "weight", "learned"]),
@@ -32,7 +49,7 @@ def _train_or_reuse(out_dir, family, seed, steps, context, progress):
     from glmc.training.train import TrainConfig, run
 
     record = out_dir / "glmc.json"
-    shape = SHAPES[family]
+    shape = demo_families()[family][0]
     wanted = {"seed": seed, "steps": steps, "shape": shape, "context": context}
     if record.is_file() and json.loads(record.read_text()).get("demo") == wanted:
         click.echo(f"reusing {out_dir} (trained earlier with the same settings)")
@@ -51,8 +68,9 @@ def _train_or_reuse(out_dir, family, seed, steps, context, progress):
 
 
 @click.command("demo")
-@click.option("--family", default="gpt2", show_default=True, type=click.Choice(list(SHAPES)),
-              help="gpt2: HF GPT-2; llama: HF LlamaForCausalLM with grouped-query attention.")
+@click.option("--family", default=DEFAULT_FAMILY, show_default=True, type=_Families(),
+              help="A family that declares a demo: gpt2 (HF GPT-2), llama (grouped-query attention), neox (GPT-NeoX, "
+              "parallel attention and MLP, partial rotary), ….")
 @click.option("--full", is_flag=True, help="The README's table: larger context, longer training, every method "
               "(about 15 minutes on 2 cores) instead of the quick first run (under 5).")
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
@@ -79,7 +97,7 @@ def command(family, full, out_dir, steps, methods, max_batches, progress):
 
     t0 = time.perf_counter()
     preset = PRESETS["full" if full else "quick"]
-    default_out = preset["out"] if family == "gpt2" else preset["out"].replace("demo", f"demo-{family}")
+    default_out = preset["out"] if family == DEFAULT_FAMILY else preset["out"].replace("demo", f"demo-{family}")
     out = Path(out_dir or default_out)
     steps = steps or preset["steps"]
     max_batches = max_batches or preset["max_batches"]
@@ -99,7 +117,7 @@ def command(family, full, out_dir, steps, methods, max_batches, progress):
                    "demo": {"preset": "full" if full else "quick", "family": family, "training_steps": steps,
                             "learned_steps": preset["learned_steps"], "context": preset["context"]}})
     click.echo("")
-    click.echo(f"Loss barriers between two {NAMES[family]} trained on Shakespeare from seeds 0 and 1 "
+    click.echo(f"Loss barriers between two {demo_families()[family][1]} trained on Shakespeare from seeds 0 and 1 "
                f"({info['n_batches']} test batches, 11 points):")
     click.echo(format_table(result))
     write_json(out / "barriers.json", result)

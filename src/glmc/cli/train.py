@@ -1,17 +1,25 @@
-"""`glmc train gpt2|llama|vit`: train an endpoint and save it with its glmc.json record."""
+"""`glmc train FAMILY`: train an endpoint and save it with its glmc.json record. The sub-commands, their presets
+and their model options come from the adapter registry (Adapter.train_command, presets, train_options,
+training_data): a family that declares presets is trainable with no change here."""
 
 from pathlib import Path
 
 import click
 
+from glmc.errors import GlmcError
+
 BUDGET = ("steps", "epochs", "minutes")
 COUNT, NATURAL = click.IntRange(min=1), click.IntRange(min=0)  # option value types: ≥ 1, ≥ 0
 POSITIVE, NON_NEGATIVE = click.FloatRange(min=0, min_open=True), click.FloatRange(min=0)
-VIT_FAMILIES = {"hf": "hf-vit", "timm": "timm-vit"}  # --family of `glmc train vit` -> adapter name
+
+
+COMMON = ("preset", "seed", "out", "overwrite", "layers", "width", "heads", "mlp", "dropout", "steps", "epochs",
+          "minutes", "batch_size", "lr", "weight_decay", "warmup", "grad_clip", "eval_every", "eval_batches",
+          "patience", "device", "quiet")
 
 
 def _common(f):
-    """Options shared by both sub-commands; None means "take it from the preset"."""
+    """Options every sub-command shares (COMMON); None means "take it from the preset"."""
     options = [
         click.option("--preset", default="cpu", show_default=True, help="Shape and budget defaults (see --help)."),
         click.option("--seed", default=0, show_default=True, type=int, help="Initialisation and data order."),
@@ -39,77 +47,76 @@ def _common(f):
     return f
 
 
-@click.group("train")
+class TrainCommands(click.Group):
+    """One sub-command per `train_command` of the registered adapters (glmc.adapters.ADAPTERS), built when asked
+    for, so `glmc --help` does not import the model libraries."""
+
+    def list_commands(self, ctx):
+        return list(_by_command())
+
+    def get_command(self, ctx, name):
+        adapters = _by_command().get(name)
+        return None if adapters is None else _train_command(name, adapters)
+
+
+@click.group("train", cls=TrainCommands)
 def command():
     """Train independent endpoints (run twice with different --seed for an LMC pair)."""
 
 
-@command.command("gpt2")
-@click.option("--data", default="shakespeare", show_default=True,
-              help="shakespeare, python-stdlib (a code corpus) or text:PATH.")
-@click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
-@click.option("--context", type=COUNT, help="Context length in tokens.")
-@click.option("--tied/--untied", default=None,
-              help="Tie the LM head to the embeddings [preset: cpu tied, paper untied].")
-@click.option("--activation", type=click.Choice(["gelu_new", "gelu", "relu"]), default="gelu_new", show_default=True)
-@_common
-def gpt2(data, tokenizer, context, tied, activation, **opts):
-    """HF GPT2LMHeadModel on text. Presets: cpu (4 layers, width 128, char, 1000 steps: ~4 min on 2 cores),
-    paper-shakespeare (the paper's: 6 layers, width 256, 4 heads, MLP 1024, context 256, GPT-2 BPE, untied head,
-    dropout 0.1, AdamW 3e-4)."""
-    from glmc.adapters import adapter_named
+def _by_command() -> dict:
+    """train command name -> the adapter classes it trains (those with presets), in registry order."""
+    from glmc.adapters import ADAPTERS
 
-    adapter = adapter_named("gpt2")
-    p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, tied=tied, activation=activation)
-    spec = {"source": data, "tokenizer": p["tokenizer"], "context": p["context"]}
-    _run(adapter, spec, p, opts)
+    out: dict = {}
+    for cls in ADAPTERS:
+        if cls.presets:
+            out.setdefault(cls.train_command or cls.family, []).append(cls)
+    return out
 
 
-@command.command("llama")
-@click.option("--data", default="shakespeare", show_default=True,
-              help="shakespeare, python-stdlib (a code corpus) or text:PATH.")
-@click.option("--tokenizer", help="char, gpt2 or bpe:N [preset: char].")
-@click.option("--context", type=COUNT, help="Context length in tokens.")
-@click.option("--kv-heads", type=COUNT, help="Key/value heads (grouped-query attention; must divide --heads).")
-@click.option("--head-dim", type=click.IntRange(min=2), help="Head size, even (RoPE pairs) [width / heads]; a "
-              "narrower model that keeps the wide one's head size can be aligned to it (narrow → wide).")
-@click.option("--tied/--untied", default=None, help="Tie the LM head to the embeddings [preset: untied].")
-@_common
-def llama(data, tokenizer, context, kv_heads, head_dim, tied, **opts):
-    """A Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention) on text. Preset: cpu (4 layers,
-    width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, untied, char tokenizer)."""
-    from glmc.adapters import adapter_named
-
-    adapter = adapter_named("llama")
-    p = _merge(adapter.presets, opts, tokenizer=tokenizer, context=context, kv_heads=kv_heads, head_dim=head_dim,
-               tied=tied)
-    spec = {"source": data, "tokenizer": p["tokenizer"], "context": p["context"]}
-    _run(adapter, spec, p, opts)
+def _option(o):
+    """The click option of an adapter's TrainOption declaration."""
+    flag = "--" + o.name.replace("_", "-")
+    if o.type == "switch":
+        return click.option(f"{flag}/--{o.off}", o.name, default=None, help=o.help)
+    types = {"count": COUNT, "int": click.IntRange(min=o.minimum), "text": str}
+    kind = click.Choice(list(o.choices)) if o.type == "choice" else types[o.type]
+    return click.option(flag, o.name, type=kind, default=o.default, show_default=o.default is not None,
+                        help=o.help or None)
 
 
-@command.command("vit")
-@click.option("--data", default="mnist", show_default=True,
-              help="mnist, fashion-mnist, digits, cifar10:DIR, cifar100:DIR or folder:DIR.")
-@click.option("--family", type=click.Choice(["hf", "timm"]), default="hf", show_default=True)
-@click.option("--patch", type=COUNT, help="Patch size (must divide the image size).")
-@click.option("--augment", type=click.Choice(["none", "crop-flip"]), help="[crop-flip for CIFAR, else none]")
-@click.option("--activation", type=click.Choice(["gelu", "relu"]), default="gelu", show_default=True)
-@click.option("--pool", type=click.Choice(["cls", "avg"]),
-              help="What the head reads: the class token, or the mean of the patch tokens (timm only) [cls].")
-@_common
-def vit(data, family, patch, augment, activation, pool, **opts):
-    """HF ViTForImageClassification (or timm VisionTransformer) on images. Presets: cpu (4 layers, width 128,
-    patch 7, 3 epochs), paper-cifar (6 layers, width 256, 8 heads, MLP 512, patch 4)."""
-    from glmc.adapters import adapter_named
+def _train_command(name: str, classes: list):
+    """`glmc train NAME`: the shared options, each adapter's own, and --family when several adapters share NAME."""
+    first = classes[0]()
+    variants = {cls.train_variant: cls for cls in classes}
 
-    adapter = adapter_named(VIT_FAMILIES[family])
-    if pool == "avg" and "pool" not in adapter.model_options:
-        raise click.BadParameter(f"--family {family} pools the class token only; use --family timm for average "
-                                 "pooling", param_hint="--pool")
-    p = _merge(adapter.presets, opts, patch=patch, activation=activation,
-               pool={"cls": "token", "avg": "avg"}.get(pool) if "pool" in adapter.model_options else None)
-    spec = {"source": data, **({"augment": augment} if augment else {})}
-    _run(adapter, spec, p, opts, fit_patch=patch is None)
+    def train(data, family=None, **opts):
+        from glmc.adapters import adapter_named
+
+        adapter = adapter_named(variants[family].family if family else first.family)
+        own = {o.name for o in adapter.train_options}
+        extra = {k: opts.pop(k) for k in list(opts) if k not in COMMON}
+        unknown = [k for k, v in extra.items() if k not in own and v is not None]
+        if unknown:
+            flag = "--" + unknown[0].replace("_", "-")
+            raise click.BadParameter(f"--family {family} has no such option", param_hint=flag)
+        _run(adapter, opts, dict(extra, data=data))
+
+    options = [click.option("--data", default=first.train_data[0], show_default=True, help=first.train_data[1])]
+    if len(classes) > 1:
+        options.append(click.option("--family", type=click.Choice(list(variants)), default=classes[0].train_variant,
+                                    show_default=True))
+    seen = set()
+    for cls in classes:
+        for o in cls().train_options:
+            if o.name not in seen:
+                seen.add(o.name)
+                options.append(_option(o))
+    f = train
+    for option in reversed(options):
+        f = option(f)
+    return click.command(name, help=first.train_help)(_common(f))
 
 
 def _merge(presets: dict, opts: dict, **extra) -> dict:
@@ -126,24 +133,27 @@ def _merge(presets: dict, opts: dict, **extra) -> dict:
     return merged
 
 
-def _run(adapter, spec, p, opts, fit_patch=False):
+def _run(adapter, opts, extra):
     from glmc.data.errors import DataUnavailable
 
     try:
-        _train(adapter, spec, p, opts, fit_patch)
+        _train(adapter, opts, extra)
     except (ValueError, FileNotFoundError, DataUnavailable) as e:  # bad input or missing data: no traceback
+        if isinstance(e, GlmcError):
+            raise
         raise click.ClickException(str(e)) from None
 
 
-def _train(adapter, spec, p, opts, fit_patch):
+def _train(adapter, opts, extra):
     import glmc.data
     from glmc.training.train import TrainConfig, run
 
     family = adapter.family
+    log = (lambda *a: None) if opts["quiet"] else click.echo
+    given = {k for k, v in {**opts, **extra}.items() if v is not None}
+    p = _merge(adapter.presets, opts, **extra)
+    spec = glmc.data.parse_spec(adapter.training_data(p, given, click.echo))
     shape = {k: p[k] for k in adapter.model_options if k in p}
-    spec = glmc.data.parse_spec(spec)
-    if fit_patch:
-        shape["patch"] = _fitting_patch(spec, shape["patch"])
     fields = TrainConfig.__dataclass_fields__
     cfg = TrainConfig(**{k: v for k, v in p.items() if k in fields})
     out = Path(opts["out"] or f"runs/{family}-{_short(spec['source'])}-seed{cfg.seed}")
@@ -152,7 +162,6 @@ def _train(adapter, spec, p, opts, fit_patch):
     from glmc.cli.common import check_out_path
 
     check_out_path(out, "--out", directory=True)  # not below a file, not a file: refused before training
-    log = (lambda *a: None) if opts["quiet"] else click.echo
     _, record = run(family, spec, shape, cfg, out=out, progress=not opts["quiet"], overwrite=True, log=log,
                     device=_device(opts["device"]))
     click.echo(summary(record, out))
@@ -167,17 +176,6 @@ def _device(name: str):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise click.BadParameter("CUDA is not available on this machine", param_hint="--device")
     return device
-
-
-def _fitting_patch(spec, patch: int) -> int:
-    """The preset's patch, or the largest smaller one that divides the image size (8×8 digits, 32×32 CIFAR)."""
-    import glmc.data
-
-    size = glmc.data.load(spec).image_size
-    fitted = max(d for d in range(1, min(patch, size) + 1) if size % d == 0)
-    if fitted != patch:
-        click.echo(f"patch {patch} does not divide image size {size}; using patch {fitted}")
-    return fitted
 
 
 def _short(source: str) -> str:

@@ -24,7 +24,6 @@ from glmc.matching.common import canonical_pair, finish, model_device
 from glmc.matching.nullspace import free_probes
 from glmc.matching.weight import _assignment, grouped_assignment, residual_kind, solve_residual
 from glmc.symmetry.elements import IndexMap, LinearMap
-from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 
@@ -169,6 +168,6 @@ def _check_kinds(arch, res_kind: str) -> None:
     roles = ("heads", "kv_heads", "ov", "mlp") + (("residual",) if res_kind == "permutation" else ())
     for role in roles:  # query_heads: grouped by construction
         spec = arch.groups.get(role)
-        if spec is not None and not kind(spec.kind).admits("permutation") and "permutation" not in spec.subgroups:
+        if spec is not None and not spec.group().admits("permutation") and "permutation" not in spec.subgroups:
             raise UnsupportedModel(f"activation matching finds permutations, which the {spec.kind} {role} group of "
                                    f"this {arch.family} model does not contain")

@@ -46,7 +46,6 @@ from glmc.matching.common import canonical_pair, finish
 from glmc.matching.weight import weight_matching
 from glmc.models.evaluate import summed, training_loss
 from glmc.paths.interpolate import eval_dtype
-from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements, constant_first
 
@@ -98,16 +97,17 @@ class Latents(torch.nn.Module):
     def __init__(self, init: Transform, arch, kinds: dict | None = None, soft: bool = False):
         super().__init__()
         self.arch, self.soft = arch, soft
-        self.kinds = {name: (kinds or {}).get(split_name(name)[0], arch.groups[split_name(name)[0]].kind)
+        # group name -> the Kind that parametrises it (bound to the declared parameters)
+        self.kinds = {name: arch.groups[split_name(name)[0]].group((kinds or {}).get(split_name(name)[0]))
                       for name in init.groups()}
         # the batch tells block-structured kinds (grouped permutations) their block count
         self.z = torch.nn.ParameterDict({_key(n): torch.nn.Parameter(
-            kind(k).latent(init[n], batch=arch.groups[split_name(n)[0]].batch)) for n, k in self.kinds.items()})
+            k.latent(init[n], batch=arch.groups[split_name(n)[0]].batch)) for n, k in self.kinds.items()})
         self._constant = {}  # projections of latents that do not train (see dense)
 
     def discrete(self) -> list[torch.nn.Parameter]:
         """Latents of permutation-like kinds (one-hot starts: see LearnedMatcher.fit's perm_lr)."""
-        return [self.z[_key(n)] for n, k in self.kinds.items() if kind(k).discrete]
+        return [self.z[_key(n)] for n, k in self.kinds.items() if k.discrete]
 
     def dense(self, hard: bool = False) -> dict:
         """group name -> its current projection as an element acting on tensors (differentiable unless `hard`).
@@ -117,12 +117,12 @@ class Latents(torch.nn.Module):
         for name, k in self.kinds.items():
             z = self.z[_key(name)]
             if z.requires_grad:
-                out[name] = kind(k).differentiable(z, hard=hard, soft=self.soft)
+                out[name] = k.differentiable(z, hard=hard, soft=self.soft)
                 continue
             key = (name, hard, z.device, z._version)
             if key not in self._constant:
                 self._constant = {c: v for c, v in self._constant.items() if c[:2] != key[:2]}
-                self._constant[key] = kind(k).differentiable(z, hard=hard, soft=self.soft)
+                self._constant[key] = k.differentiable(z, hard=hard, soft=self.soft)
             out[name] = self._constant[key]
         return out
 
@@ -138,7 +138,7 @@ class Latents(torch.nn.Module):
         to ~1e-5, which moved logits by 1.6e-4 (over the 1e-4 check) on an H200."""
         out = {}
         for name, k in self.kinds.items():
-            group, z = kind(k), self.z[_key(name)].detach().to("cpu", torch.float64)
+            group, z = k, self.z[_key(name)].detach().to("cpu", torch.float64)
             out[name] = group.element(group.project(z, hard=True, soft=self.soft))
         return Transform(out)
 

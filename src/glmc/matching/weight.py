@@ -59,7 +59,18 @@ from glmc.matching.common import canonical_pair, finish, layer_chunks, residual_
 from glmc.matching.nullspace import free_probes
 from glmc.memory import park, trim
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap, float32_moves
-from glmc.symmetry.kinds import ScaleRotation, kind
+from glmc.symmetry.kinds import kind
+from glmc.symmetry.solvers import (  # noqa: F401  (the per-head solvers lived here; kept importable)
+    LBFGS_FLOAT64_UP_TO,
+    LBFGS_HISTORY,
+    FactorGrams,
+    best_complex_scale,
+    circuit_similarity,
+    fit_factor_grams,
+    fit_factor_map,
+    fit_scale_rotation,
+    rotary_circuit_similarity,
+)
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform, apply_elements
 
@@ -252,31 +263,10 @@ def score_keys(k: torch.Tensor, centred_stream: bool) -> torch.Tensor:
     return torch.cat([w, torch.zeros_like(k[..., -1:])], -1)
 
 
-def circuit_similarity(x_a, y_a, x_b, y_b) -> torch.Tensor:
-    """S[h, j] = ⟨X_a,hᵀ·Y_a,h, X_b,jᵀ·Y_b,j⟩ without forming the d×d circuits."""
-    gx = torch.einsum("hpd,jqd->hjpq", x_a, x_b)
-    gy = torch.einsum("hpd,jqd->hjpq", y_a, y_b)
-    return (gx * gy).sum((-1, -2))
-
-
-def rotary_circuit_similarity(x_a, y_a, x_b, y_b) -> torch.Tensor:
-    """S[h, j] = Σ_planes Re⟨M_a,h,p, M_b,j,p⟩ for the per-plane circuits of rotary attention: with plane p of a
-    head as complex rows z = row p + i·row (p + k/2), the score of positions t, s is Σ_p Re(e^{iθ_p(t−s)}·x_tᵀ·M_p·x_s)
-    with M_p = z_x,p ⊗ conj(z_y,p). Invariant under exactly the scale-rotation QK maps (z_x ↦ c·z_x, z_y ↦ z_y/c̄),
-    and blind to the cross-plane terms of XᵀY, which rotary attention never computes."""
-    h = x_a.shape[-2] // 2
-
-    def planes(t):
-        return torch.complex(t[..., :h, :], t[..., h:, :])
-
-    gx = torch.einsum("hpd,jpd->hjp", planes(x_a), planes(x_b).conj())
-    gy = torch.einsum("hpd,jpd->hjp", planes(y_a).conj(), planes(y_b))
-    return (gx * gy).real.sum(-1)
-
-
-def qk_similarity(qk_kind: str | None):
-    """The QK circuit similarity for the declared QK maps: per rotary plane under RoPE, else the whole circuit."""
-    return rotary_circuit_similarity if qk_kind == "scale-rotation" else circuit_similarity
+def similarity_for(group):
+    """The similarity of two heads' circuits that the Kind `group` of their maps leaves unchanged (per rotary plane
+    under RoPE; Kind.head_similarity); None: the whole circuit."""
+    return circuit_similarity if group is None else group.head_similarity
 
 
 def _ranking(factors) -> tuple:
@@ -285,10 +275,12 @@ def _ranking(factors) -> tuple:
     return tuple(f.float() if f.numel() > SCORING_FLOAT64_UP_TO else f for f in factors)
 
 
-def match_heads(fa, fb, qk_kind: str | None = None) -> IndexMap:
+def match_heads(fa, fb, qk=None, ov=None) -> IndexMap:
+    """Head permutation by QK plus OV circuit similarity; `qk`, `ov`: the Kinds of the heads' maps (None: whole
+    circuits)."""
     qa, ka, va, oa = _ranking(fa)
     qb, kb, vb, ob = _ranking(fb)
-    s = qk_similarity(qk_kind)(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)
+    s = similarity_for(qk)(qa, ka, qb, kb) + similarity_for(ov)(va, oa, vb, ob)
     return _assignment(s)
 
 
@@ -349,159 +341,9 @@ def _assignment_of_cost(cost: torch.Tensor, n: int) -> IndexMap:
     return IndexMap(src, None, n)
 
 
-def fit_head_maps(kind_name: str, xa, xb, ya, yb) -> torch.Tensor:
-    """Per-head maps C of the declared kind with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A."""
-    if kind_name == "invertible":
-        return fit_factor_map(xa, xb, ya, yb)
-    if kind_name == "scale-rotation":
-        return fit_scale_rotation(xa, xb, ya, yb)
-    if kind_name == "orthogonal":  # C^-T = C: one Procrustes problem on [X Y]
-        return kind(kind_name).nearest(xa @ xb.transpose(-1, -2) + ya @ yb.transpose(-1, -2)).matrix
-    if hasattr(kind(kind_name), "fit_heads"):  # kinds that bring their own closed-form fit (symmetry/head_kinds.py)
-        return kind(kind_name).fit_heads(xa, xb, ya, yb)
-    raise NotImplementedError(f"weight matching has no solver for per-head maps of kind {kind_name!r}")
-
-
-def best_complex_scale(zx_b, zx_a, zy_b, zy_a, nx, ny) -> torch.Tensor:
-    """Per entry of the leading dims, the complex c minimising ‖c·zx_b − zx_a‖²/nx + ‖zy_b/c̄ − zy_a‖²/ny (last
-    axis summed): the best of the two closed-form least-squares solutions (X side alone, Y side alone) and
-    their geometric mean. With real inputs c is real (a per-unit scale)."""
-    def ls(z, w):  # argmin_c ‖c·z − w‖²
-        return (z.conj() * w).sum(-1) / (z.abs() ** 2).sum(-1).clamp_min(1e-30)
-
-    cx = ls(zx_b, zx_a)
-    d = ls(zy_b, zy_a)  # zy_b·d ≈ zy_a with d = 1/c̄
-    cy = 1 / d.conj().where(d.abs() > 1e-30, torch.ones_like(d))
-    mean = (cx.abs() * cy.abs()).sqrt() * torch.sgn(torch.sgn(cx) + torch.sgn(cy)).where(
-        (torch.sgn(cx) + torch.sgn(cy)).abs() > 1e-12, torch.sgn(cx))
-    cands = torch.stack([cx, cy, mean])
-
-    def loss(c):
-        cs = c.where(c.abs() > 1e-30, torch.ones_like(c))
-        return (((cs[..., None] * zx_b - zx_a).abs() ** 2).sum(-1) / nx
-                + ((zy_b / cs.conj()[..., None] - zy_a).abs() ** 2).sum(-1) / ny)
-
-    losses = torch.stack([loss(c) for c in cands]).nan_to_num(float("inf"))
-    return cands.gather(0, losses.argmin(0, keepdim=True))[0]
-
-
-def fit_scale_rotation(xa, xb, ya, yb) -> torch.Tensor:
-    """Per-head scale-rotation maps C (per rotary plane (i, i + k/2) a·I + b·J, C^-T = C/(a²+b²)), each plane in
-    closed form (Tran et al. 2026): as a complex number c = a + ib acting on z = row i + i·row (i + k/2)."""
-    h = xa.shape[-2] // 2
-
-    def planes(t):
-        return torch.complex(t[..., :h, :].double(), t[..., h:, :].double())
-
-    nx = xa.pow(2).sum((-1, -2)).clamp_min(1e-30)[..., None]
-    ny = ya.pow(2).sum((-1, -2)).clamp_min(1e-30)[..., None]
-    c = best_complex_scale(planes(xb), planes(xa), planes(yb), planes(ya), nx, ny)
-    # C = [[a, −b], [b, a]] per plane (column action q ↦ C·q); kinds.ScaleRotation.matrix is the row action Cᵀ
-    return ScaleRotation.matrix(torch.stack([c.real, -c.imag], -1))
-
-
-# --- step 3: per-head invertible maps -------------------------------------------------------------------------
-
-class FactorGrams:
-    """The k×k Gram blocks the per-head fit needs (X_B·X_Bᵀ, X_A·X_Bᵀ, ‖X_A‖², likewise for Y): the objective
-    ‖C·X_B − X_A‖² = tr(C·G_BB·Cᵀ) − 2⟨C, G_AB⟩ + ‖X_A‖² and its closed-form starts depend on the factors only
-    through them, so the solver works on k×k matrices instead of k×(d+1) ones (d/k times less work per step)."""
-
-    def __init__(self, xa, xb, ya, yb):
-        xa, xb, ya, yb = (t.double() for t in (xa, xb, ya, yb))
-        self.xbb, self.xab = xb @ xb.transpose(-1, -2), xa @ xb.transpose(-1, -2)
-        self.ybb, self.yab = yb @ yb.transpose(-1, -2), ya @ yb.transpose(-1, -2)
-        self.nx = xa.pow(2).sum((-1, -2)).clamp_min(1e-30)
-        self.ny = ya.pow(2).sum((-1, -2)).clamp_min(1e-30)
-
-    @classmethod
-    def cat(cls, parts: list["FactorGrams"]) -> "FactorGrams":
-        """One problem of all the parts' heads (every layer's), solved in one batch."""
-        out = cls.__new__(cls)
-        for name in ("xbb", "xab", "ybb", "yab", "nx", "ny"):
-            setattr(out, name, torch.cat([getattr(p, name) for p in parts]))
-        return out
-
-    def to(self, dtype) -> "FactorGrams":
-        out = self.__class__.__new__(self.__class__)
-        for name in ("xbb", "xab", "ybb", "yab", "nx", "ny"):
-            setattr(out, name, getattr(self, name).to(dtype))
-        return out
-
-    def loss(self, c):
-        """Per head: ‖C·X_B − X_A‖²/‖X_A‖² + ‖C^-T·Y_B − Y_A‖²/‖Y_A‖²."""
-        return self.loss_and_grad(c, grad=False)[0]
-
-    def loss_and_grad(self, c, grad: bool = True):
-        """(per-head loss, its gradient in C or None), in closed form: with D = C^-T, dD = −D·dCᵀ·D, so a
-        gradient G_D in D is −D·G_Dᵀ·D in C. About twice as fast as autograd through the inverse, and L-BFGS
-        evaluates this ~65 times per role and iteration."""
-        d = torch.linalg.inv(c.transpose(-1, -2))
-        cg, dg = c @ self.xbb, d @ self.ybb
-        fit_x = ((cg * c).sum((-1, -2)) - 2 * (c * self.xab).sum((-1, -2))) / self.nx + 1
-        fit_y = ((dg * d).sum((-1, -2)) - 2 * (d * self.yab).sum((-1, -2))) / self.ny + 1
-        if not grad:
-            return fit_x + fit_y, None
-        g_d = (dg - self.yab) * (2 / self.ny)[:, None, None]
-        return fit_x + fit_y, (cg - self.xab) * (2 / self.nx)[:, None, None] - d @ g_d.transpose(-1, -2) @ d
-
-    def starts(self) -> list[torch.Tensor]:
-        """Closed-form candidates: orthogonal Procrustes on [X Y]; least squares on X alone (X_A·X_B⁺ =
-        G_AB·G_BB⁺); on Y alone (C^-T·Y_B = Y_A ⇒ C = (Y_A·Y_B⁺)^-T). In an exact symmetry the least-squares ones
-        are exact."""
-        p, _, qt = torch.linalg.svd(self.xab + self.yab)
-        out = [p @ qt, self.xab @ torch.linalg.pinv(self.xbb, hermitian=True)]
-        ky = self.yab @ torch.linalg.pinv(self.ybb, hermitian=True)
-        if bool((torch.linalg.matrix_rank(ky) == ky.shape[-1]).all()):
-            out.append(torch.linalg.inv(ky).transpose(-1, -2))
-        return out
-
-
-def fit_factor_map(xa, xb, ya, yb, steps: int = 60, max_cond: float = 1e4) -> torch.Tensor:
-    """C [H, k, k] with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A (see the module docstring)."""
-    return fit_factor_grams(FactorGrams(xa, xb, ya, yb), steps, max_cond)
-
-
-# L-BFGS keeps 2·history copies of the batched maps: at torch's default 100 that was 0.9 GB for GPT-2-124M's
-# 144 OV maps, and grows as layers × heads × d_head². On the validation split of the GPT-2 / Llama / ViT tuning
-# pairs (runs/tune, benchmarks/README.md) histories 100 / 20 / 10 gave 25.2 / 25.3 / 25.4 % of the vanilla barrier
-# on average (per pair within 0.8 points, weight distances within 1e-3): the same, so 10, at a tenth the memory.
-LBFGS_HISTORY = 10
-LBFGS_FLOAT64_UP_TO = 1 << 16  # entries of the batched maps (16 heads of 64)
-
-
-def fit_factor_grams(grams: FactorGrams, steps: int = 60, max_cond: float = 1e4) -> torch.Tensor:
-    """fit_factor_map on precomputed Gram blocks. The heads are independent problems; solving every layer's at
-    once in one L-BFGS run costs the optimiser's per-step overhead once instead of once per layer."""
-    starts = grams.starts()
-    best, best_loss = starts[0], grams.loss(starts[0])
-    for s in starts[1:]:
-        ok = torch.isfinite(s).all((-1, -2)) & (torch.linalg.cond(s) < max_cond)
-        loss = torch.where(ok, grams.loss(torch.where(ok[:, None, None], s, best)), best_loss)
-        better = loss < best_loss
-        best, best_loss = torch.where(better[:, None, None], s, best), torch.where(better, loss, best_loss)
-    # a big search runs in float32, twice as fast as float64 and half the memory (GPT-2-124M: 2 s and 0.15 GB per
-    # iteration, the same loss to 3e-5); the starts and the acceptance test below stay float64, so an exact start
-    # is never lost, and small problems stay float64 (a planted symmetry is then recovered to ~1e-9)
-    dtype = torch.float32 if best.numel() > LBFGS_FLOAT64_UP_TO else torch.float64
-    work = grams.to(dtype)
-    c = best.to(dtype, copy=True).requires_grad_(True)
-    opt = torch.optim.LBFGS([c], lr=1, max_iter=steps, line_search_fn="strong_wolfe", tolerance_grad=1e-12,
-                            tolerance_change=1e-15, history_size=LBFGS_HISTORY)
-
-    def closure():
-        with torch.no_grad():
-            loss, c.grad = work.loss_and_grad(c)
-        return loss.sum()
-
-    try:
-        opt.step(closure)
-    except (torch.linalg.LinAlgError, RuntimeError):
-        return best
-    refined = c.detach().double()
-    ok = torch.isfinite(refined).all((-1, -2)) & (torch.linalg.cond(refined) < max_cond)
-    ok &= grams.loss(torch.where(ok[:, None, None], refined, best)) < best_loss
-    return torch.where(ok[:, None, None], refined, best)
+def fit_head_maps(group, xa, xb, ya, yb) -> torch.Tensor:
+    """Per-head maps C of the Kind `group` (or a kind name) with C·X_B ≈ X_A and C^-T·Y_B ≈ Y_A (column action)."""
+    return (kind(group) if isinstance(group, str) else group).fit_head_maps(xa, xb, ya, yb)
 
 
 # --- step 4: MLP units ----------------------------------------------------------------------------------------
@@ -574,13 +416,13 @@ def mlp_similarity(view_a, view_b, i, kind_name: str = "inner") -> torch.Tensor:
 
 # --- the alternation ------------------------------------------------------------------------------------------
 
-def match_grouped_heads(fa, fb, r: int, qk_kind: str | None = None) -> tuple[IndexMap, IndexMap]:
+def match_grouped_heads(fa, fb, r: int, qk=None, ov=None) -> tuple[IndexMap, IndexMap]:
     """(key/value-group permutation, query-head permutation inside the groups) under grouped-query attention:
     circuit similarity of query heads, each with its group's key and value (grouped_assignment)."""
     qa, ka, va, oa = _ranking(fa)
     qb, kb, vb, ob = _ranking(fb)
     ka, va, kb, vb = (t.repeat_interleave(r, 0) for t in (ka, va, kb, vb))  # each query head's key/value head
-    s = qk_similarity(qk_kind)(qa, ka, qb, kb) + circuit_similarity(va, oa, vb, ob)
+    s = similarity_for(qk)(qa, ka, qb, kb) + similarity_for(ov)(va, oa, vb, ob)
     return grouped_assignment(s, r)
 
 
@@ -615,21 +457,22 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
     fitted)."""
     groups, t = arch.groups, Transform()
     chunks = layer_chunks(view_b, arch.n_layer)
-    pending: dict[str, list] = {}  # role -> per-layer FactorGrams of invertible maps, fitted after the loop
+    pending: dict[str, list] = {}  # role -> (layer, its Kind's head problem), solved after the loop
     units = Assignments(LSA_WORKERS, LSA_QUEUED)
     for i in range(arch.n_layer):
         rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch)
         fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
-        qk_kind = groups["qk"].kind if "qk" in groups and head_similarity == "auto" else None
-        sa, sb = ((centred_scores(fa, arch.norm == "layernorm"), centred_scores(fb, arch.norm == "layernorm"))
+        # the head comparison each declared kind of per-head maps leaves unchanged ("circuit": whole circuits)
+        qk, ov = ((groups[r].group() if r in groups and head_similarity == "auto" else None) for r in ("qk", "ov"))
+        sa, sb = ((centred_scores(fa, arch.centred_stream), centred_scores(fb, arch.centred_stream))
                   if centred_keys else (fa, fb))
         if permutations and "heads" in groups:
-            perm = match_heads(sa, sb, qk_kind)
+            perm = match_heads(sa, sb, qk, ov)
             t.elements[group_name("heads", i)] = perm
             fb = tuple(f[perm.src] for f in fb)
         elif permutations and "kv_heads" in groups:
             n_kv = groups["kv_heads"].size
-            kv, query = match_grouped_heads(sa, sb, arch.n_head // n_kv, qk_kind)
+            kv, query = match_grouped_heads(sa, sb, arch.n_head // n_kv, qk, ov)
             t.elements[group_name("kv_heads", i)] = kv
             if "query_heads" in groups:
                 t.elements[group_name("query_heads", i)] = query
@@ -643,11 +486,7 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
                 b = groups[role].batch or arch.n_head
                 # a map shared by r query heads fits all of them at once: their factors side by side
                 xa, xb, ya, yb = (_grouped(f, b) if f.shape[0] != b else f for f in (xa, xb, ya, yb))
-                if groups[role].kind == "invertible":
-                    pending.setdefault(role, []).append((i, FactorGrams(xa, xb, ya, yb)))
-                    continue
-                c = fit_head_maps(groups[role].kind, xa, xb, ya, yb)
-                t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float())
+                pending.setdefault(role, []).append((i, groups[role].group().head_problem(xa, xb, ya, yb)))
         if "mlp" in groups and permutations:
             gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
             units.submit(i, gated_mlp_similarity(view_a, rotated_b, i) if gated
@@ -665,9 +504,9 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
             moved = moved_part(view_b, keys, moving, arch)
             t.elements[group_name("mlp_scale", i)] = fit_mlp_scale(view_a, moved, i)
     for role, parts in pending.items():
-        maps = fit_factor_grams(FactorGrams.cat([g for _, g in parts])).transpose(-1, -2).float()
-        for (i, _), c in zip(parts, maps.split([g.nx.shape[0] for _, g in parts])):
-            t.elements[group_name(role, i)] = LinearMap(c.contiguous())
+        maps = groups[role].group().solve_head_problems([p for _, p in parts])
+        for (i, _), c in zip(parts, maps, strict=True):
+            t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float().contiguous())
         trim()  # L-BFGS's history and line-search temporaries
     return t
 

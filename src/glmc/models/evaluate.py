@@ -19,19 +19,12 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from glmc import distributed
+from glmc import distributed, tasks
 from glmc.adapters import forward, output_head
 from glmc.models.head_loss import linear_cross_entropy
+from glmc.tasks import task_of_batch
 
 IGNORE_INDEX = -100
-
-
-def task_of_batch(batch: dict) -> str:
-    if "input_ids" in batch:
-        return "lm"
-    if "pixel_values" in batch:
-        return "cls"
-    raise ValueError(f"batch has neither input_ids nor pixel_values: keys {sorted(batch)}")
 
 
 def model_device(model) -> torch.device:
@@ -52,7 +45,7 @@ def loss_and_correct(model, batch: dict, task=None, params=None, device=None):
     task = task or task_of_batch(batch)
     batch = _on(device or model_device(model), batch)
     logits = forward_logits(model, batch, params).float()
-    target = batch["targets"] if task == "lm" else batch["labels"]
+    target = batch[tasks.task(task).target_key]
     logits = logits.reshape(-1, logits.shape[-1])
     target = target.reshape(-1)
     loss = F.cross_entropy(logits, target, reduction="sum", ignore_index=IGNORE_INDEX)
@@ -67,7 +60,7 @@ def training_loss(model, batch: dict, task=None, params=None, device=None):
     logits (glmc/models/head_loss.py), which is what makes a large vocabulary's step cheaper."""
     task = task or task_of_batch(batch)
     device = device or model_device(model)
-    head = output_head(model) if task == "lm" and not torch.is_autocast_enabled(device.type) else None
+    head = output_head(model) if tasks.task(task).per_position and not torch.is_autocast_enabled(device.type) else None
     if head is None:  # low precision keeps the logits' usual path, where autocast chooses each op's dtype
         loss, _, n = loss_and_correct(model, batch, task, params, device)
         return loss, n
@@ -76,7 +69,7 @@ def training_loss(model, batch: dict, task=None, params=None, device=None):
     with _passing_through(module):
         hidden = forward_logits(model, batch, params)
     weight, bias = (_substituted(model, params or {}, t) for t in (module.weight, module.bias))
-    target = batch["targets"].reshape(-1)
+    target = batch[tasks.task(task).target_key].reshape(-1)
     loss = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, bias, target, IGNORE_INDEX)
     return loss, int((target != IGNORE_INDEX).sum())
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from glmc.errors import BadOption, UnsupportedModel
-from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 
@@ -49,7 +48,7 @@ def random_class_element(cls: str, arch, gen: torch.Generator) -> Transform:
     if k is not None and k not in spec.subgroups + spec.extensions:
         raise BadOption(f"class {cls!r}: the {role} group of this {arch.family} model is {spec.kind}, with "
                          f"subgroups/extensions {list(spec.subgroups + spec.extensions)}")
-    maker = kind(k or spec.kind)
+    maker = spec.group(k)
     layers = range(arch.n_layer) if spec.per_layer else [None]
     return Transform({group_name(role, i): maker.random(spec.size, spec.batch, gen) for i in layers})
 

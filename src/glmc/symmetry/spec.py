@@ -69,6 +69,15 @@ class GroupSpec:
     follows: str | None = None  # role of the permutation that reorders this group's batch axis
     subgroups: tuple = ()  # kinds that may stand in for `kind` (the residual permutation of perm-only matching)
     extensions: tuple = ()  # non-invertible kinds that also keep the function (semi-permutation, zero-pad)
+    # the kind's parameters (glmc/symmetry/kinds: Kind.parameters), e.g. {"rotary": 8} for a partial-rotary head
+    params: dict = field(default_factory=dict, hash=False)
+
+    def group(self, k: str | None = None):
+        """The Kind that solves for this group: the declared kind with its parameters, or (`k`) one of its
+        declared subgroups or extensions, which take no parameters."""
+        from glmc.symmetry.kinds import kind
+
+        return kind(self.kind, **self.params) if k is None or k == self.kind else kind(k)
 
 
 def transformer_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu: bool,

@@ -37,6 +37,7 @@ import torch
 
 from glmc.adapters import adapter_named
 from glmc.models.evaluate import evaluate, loss_and_correct
+from glmc.tasks import task, task_of_batch
 
 
 @dataclass
@@ -105,7 +106,8 @@ def train_batches(ds, cfg: TrainConfig):
 
 
 def batch_samples(batch: dict) -> int:
-    return int(batch["input_ids"].numel()) if "input_ids" in batch else int(batch["labels"].numel())
+    """Predictions the batch trains (tokens or images: its task's targets)."""
+    return int(batch[task(task_of_batch(batch)).target_key].numel())
 
 
 def snapshot(model) -> dict:
@@ -213,7 +215,7 @@ def fit(model, ds, cfg: TrainConfig, progress=True) -> dict:
     loop = train_loop(model, ds, cfg, progress)
     t = time.perf_counter()
     metrics = final_metrics(model, ds, cfg)
-    unit = "tokens" if ds.task == "lm" else "images"
+    unit = task(ds.task).unit
     training = dict(asdict(cfg), optimizer="AdamW", schedule="warmup-cosine", steps_done=loop.steps_done,
                     best_step=loop.best_step, stopped=loop.stopped, history=loop.history)
     optimising = max(loop.train_seconds - loop.eval_seconds, 1e-9)

@@ -4,20 +4,25 @@
    W ← W·diag(γ) (residual axis last), b ← b + W·β; then γ = 1, β = 0. A reader without bias (GPT-2's LM
    head) keeps β as the norm's bias (γ is still folded).
 2. Fold LayerScale (timm ls1/ls2) into the writer it scales.
-3. LayerNorm models only (arch.norm): mean-centre every residual writer (last axis): every reader sees the
-   stream through a LayerNorm, which subtracts the mean anyway, so the function is unchanged and the stream
+3. LayerNorm models only (arch.centred_stream): mean-centre every residual writer (last axis): every reader sees
+   the stream through a LayerNorm, which subtracts the mean anyway, so the function is unchanged and the stream
    becomes mean-zero. An RMS norm does not subtract the mean, so its writers stay as they are.
-Family-agnostic: works on the canonical view only. `inplace=True` replaces the tensors of the given dict one by
-one (each old tensor is freed as soon as its replacement exists: one model-sized copy at the peak, not two), and
-products with a float32 weight are formed in float32 (a float32 product of float32 factors is the correctly
-rounded double product: the same bits without a float64 copy of an embedding).
+What is folded follows the declared norms (Arch.norms, glmc/symmetry/declarations.py): norms before a sublayer
+("input") fold their gain (w, or 1 + w) into the readers behind them; per-head norms ("head") stay; norms on the
+stream itself ("stream", post-norm) are refused by name. Family-agnostic: works on the canonical view only.
+`inplace=True` replaces the tensors of the given dict one by one (each old tensor is freed as soon as its replacement
+exists: one model-sized copy at the peak, not two), and products with a float32 weight are formed in float32 (a float32
+product of float32 factors is the correctly rounded double product: the same bits without a float64 copy of an
+embedding).
 """
 
 from __future__ import annotations
 
 import torch
 
+from glmc.errors import UnsupportedModel
 from glmc.memory import row_slices
+from glmc.symmetry.declarations import standard_norms
 from glmc.symmetry.spec import WRITERS, expand_keys
 
 # norm -> the readers behind it: (weight key, bias key or None)
@@ -32,12 +37,18 @@ LAYER_SCALE = {"blocks.{i}.ls1": ("blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b"),
                "blocks.{i}.ls2": ("blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b")}
 
 
-def fold_norms(view: dict, n_layer: int, inplace: bool = False) -> dict:
+def fold_norms(view: dict, n_layer: int, inplace: bool = False, norms: dict | None = None) -> dict:
+    """Fold every declared "input" norm (default: the standard pre-norm stack) into its readers."""
     v = view if inplace else dict(view)
-    for norm_t, readers_t in NORM_READERS.items():
+    for norm_t, spec in (standard_norms() if norms is None else norms).items():
+        if spec.placement != "input" or spec.gain is None:
+            continue  # per-head norms stay; a norm without parameters has nothing to fold
+        if norm_t not in NORM_READERS:
+            raise UnsupportedModel(f"no readers known for a norm at {norm_t!r} (known: {', '.join(NORM_READERS)})")
+        readers_t = NORM_READERS[norm_t]
         for i in range(n_layer) if "{i}" in norm_t else [None]:
             norm = norm_t.format(i=i)
-            gamma = v[norm + ".w"].double()
+            gamma = v[norm + ".w"].double() + spec.offset
             beta = v[norm + ".b"].double() if norm + ".b" in v else torch.zeros_like(gamma)
             # readers the model lacks (the gate of an ungated MLP) do not count
             readers = [(w.format(i=i), b.format(i=i)) for w, b in readers_t if w.format(i=i) in v]
@@ -48,7 +59,7 @@ def fold_norms(view: dict, n_layer: int, inplace: bool = False) -> dict:
                     v[bk] = (v[bk].double() + w.double() @ beta).to(v[bk].dtype)
                 v[wk] = w * gamma.to(w.dtype) if w.dtype == torch.float32 else (w.double() * gamma).to(w.dtype)
                 del w
-            v[norm + ".w"] = torch.ones_like(v[norm + ".w"])
+            v[norm + ".w"] = torch.full_like(v[norm + ".w"], spec.identity_gain)
             if norm + ".b" in v:  # an RMS norm has none
                 v[norm + ".b"] = (beta / gamma).to(v[norm + ".b"].dtype) if keep_beta else torch.zeros_like(beta).to(
                     v[norm + ".b"].dtype)
@@ -86,20 +97,38 @@ def _row_means(x: torch.Tensor, rows_elements: int = 1 << 21) -> torch.Tensor:
     return torch.cat(means).reshape(*x.shape[:-1], 1)
 
 
+def check_norms(norms: dict) -> None:
+    """Refuse, by name, norm placements canonicalisation cannot handle yet, and mixed centring."""
+    for name, spec in norms.items():
+        if spec.placement == "stream":
+            raise UnsupportedModel(f"norm {name!r} sits on the residual stream (post-norm): its gain and bias act on "
+                                   "the stream's coordinates and cannot be folded into readers; not supported yet")
+    kinds = {spec.kind for spec in norms.values() if spec.placement == "input"}
+    if len(kinds) > 1:
+        raise UnsupportedModel(f"the norms before the sublayers mix kinds ({', '.join(sorted(kinds))}): writers can be "
+                               "mean-centred only when every reader subtracts the mean")
+
+
 def canonicalise(view: dict, arch, inplace: bool = False) -> dict:
+    check_norms(arch.norms)
     # after the first fold `v` is a dict of our own (or the caller's, inplace): the later folds replace entries
-    v = fold_norms(fold_layer_scale(view, arch.n_layer, inplace), arch.n_layer, inplace=True)
-    return centre_writers(v, arch.n_layer, inplace=True) if arch.norm == "layernorm" else v
+    v = fold_norms(fold_layer_scale(view, arch.n_layer, inplace), arch.n_layer, inplace=True, norms=arch.norms)
+    return centre_writers(v, arch.n_layer, inplace=True) if arch.centred_stream else v
 
 
 def is_canonical(view: dict, arch, atol: float = 1e-5) -> bool:
-    """Norm gains are 1, LayerScale is folded and (LayerNorm models) every writer is mean-centred."""
+    """Folded norm gains are at identity, LayerScale is folded and (LayerNorm models) every writer is mean-centred."""
     n_layer = arch.n_layer
-    for k, t in view.items():
-        if k.endswith((".ln1.w", ".ln2.w", "ls1", "ls2")) or k == "ln_final.w":
-            if not torch.all(t == 1):
+    for norm_t, spec in arch.norms.items():
+        if spec.placement != "input" or spec.gain is None:
+            continue
+        for k in expand_keys([norm_t + ".w"], n_layer, view):
+            if not torch.all(view[k] == spec.identity_gain):
                 return False
-    for k in expand_keys(WRITERS, n_layer, view) if arch.norm == "layernorm" else []:
+    for k, t in view.items():
+        if k.endswith(("ls1", "ls2")) and not torch.all(t == 1):
+            return False
+    for k in expand_keys(WRITERS, n_layer, view) if arch.centred_stream else []:
         if view[k].double().mean(-1).abs().max() > atol * max(1.0, float(view[k].abs().max())):
             return False
     return True

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from glmc.errors import UnsupportedModel
 from glmc.io import atomic_dir
 
 ATTN_KEYS = ("q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "o.w")
@@ -154,6 +155,9 @@ def circuit_model(model) -> CircuitModel:
 
     view, adapter = canonical_view(model)
     arch = adapter.arch(model)
+    if arch.block != "sequential":
+        raise UnsupportedModel(f"circuit mode builds sequential blocks; this {arch.family} model's blocks are "
+                               f"{arch.block}; use --mode native")
     config = {**adapter.io_spec(model), "input_key": adapter.input_key, "n_layer": arch.n_layer,
               "n_head": arch.n_head, "d_head": arch.d_head, "ln_eps": arch.ln_eps}
     return CircuitModel(config, circuit_params(view, arch.n_layer)).eval()

@@ -16,7 +16,7 @@ import math
 import torch
 
 from glmc.symmetry.elements import LinearMap
-from glmc.symmetry.kinds import kind, zero_pad
+from glmc.symmetry.kinds import zero_pad
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
 from glmc.symmetry.transform import Transform
 
@@ -24,7 +24,7 @@ from glmc.symmetry.transform import Transform
 def residual_embedding(arch, d_model: int, gen: torch.Generator | None = None) -> torch.Tensor:
     """The exact N×M embedding of the residual stream the model's residual group allows (LayerNorm: mean-preserving;
     RMS norm: any orthonormal rows); random with `gen`."""
-    return kind(arch.groups["residual"].kind).embed(arch.d_model, d_model, gen)
+    return arch.groups["residual"].group().embed(arch.d_model, d_model, gen)
 
 
 def embed_residual(view: dict, arch, o: torch.Tensor) -> dict:
@@ -38,12 +38,21 @@ def embed_residual(view: dict, arch, o: torch.Tensor) -> dict:
         v[k] = lm.act(v[k], -1, "co") / c
     for k in expand_keys(READERS, arch.n_layer, view):
         v[k] = lm.act(v[k], -1, "contra") * c
-    for k in expand_keys(["blocks.{i}.ln1.w", "blocks.{i}.ln2.w", "ln_final.w", "blocks.{i}.ls1", "blocks.{i}.ls2"],
-                         arch.n_layer, view):
-        if not torch.all(v[k] == 1):
+    # folded gains sit at their identity value (1, or 0 for a 1 + w gain; glmc/symmetry/declarations.py)
+    identity = {name + ".w": spec.identity_gain for name, spec in arch.norms.items()
+                if spec.placement == "input" and spec.gain is not None}
+    for k in expand_keys([*identity, "blocks.{i}.ls1", "blocks.{i}.ls2"], arch.n_layer, view):
+        value = identity.get(k if k in identity else _template(k), 1.0)
+        if not torch.all(v[k] == value):
             raise ValueError("embed a canonical view: norm gains and LayerScale must be folded first")
-        v[k] = torch.ones(m, dtype=v[k].dtype)
+        v[k] = torch.full((m,), value, dtype=v[k].dtype)
     return v
+
+
+def _template(key: str) -> str:
+    """"blocks.3.ln1.w" → "blocks.{i}.ln1.w"."""
+    parts = key.split(".")
+    return ".".join("{i}" if p.isdigit() else p for p in parts)
 
 
 def pad_heads(view: dict, arch, n_head: int, d_head: int) -> dict:
@@ -75,19 +84,25 @@ def widen(view: dict, arch, d_model: int, n_head: int | None = None, d_mlp: int 
           o: torch.Tensor | None = None, d_head: int | None = None) -> tuple[dict, float]:
     """(wide canonical view, norm eps for the wide model). Head count defaults to the narrow model's; head size
     to d_model / n_head (HF GPT-2 and ViT need n_head·d_head = d_model), or to the narrow one's where the family
-    cannot pad heads (`arch.unsupported["rectangular-heads"]`: RoPE frequencies depend on the head size)."""
+    cannot pad heads (`arch.unsupported["rectangular-heads"]`: padded heads would need padded key/value groups) or
+    their size (`"rectangular-head-size"`: RoPE frequencies depend on the head size; more heads of the same size are
+    zero heads, which is exact)."""
     n_head = n_head or arch.n_head
     fixed_heads = arch.unsupported.get("rectangular-heads")
-    d_head = d_head or (arch.d_head if fixed_heads else d_model // n_head)
+    fixed_size = fixed_heads or arch.unsupported.get("rectangular-head-size")
+    if fixed_size and not fixed_heads and d_head is None:
+        n_head = n_head if n_head != arch.n_head or d_model == arch.d_model else d_model // arch.d_head
+    d_head = d_head or (arch.d_head if fixed_size else d_model // n_head)
     if not fixed_heads and n_head * d_head != d_model:
         raise ValueError(f"d_model {d_model} is not n_head {n_head} × d_head {d_head}")
     if d_model < arch.d_model or n_head < arch.n_head or d_head < arch.d_head or (d_mlp or arch.d_mlp) < arch.d_mlp:
         raise ValueError("widen only grows widths; for a narrower target swap the models")
-    if fixed_heads and (n_head, d_head) != (arch.n_head, arch.d_head):
+    if (fixed_heads and (n_head, d_head) != (arch.n_head, arch.d_head)) or (fixed_size and d_head != arch.d_head):
         from glmc.errors import UnsupportedModel
 
+        what = "residual and MLP widths can differ" if fixed_heads else "the head count can grow"
         raise UnsupportedModel(f"cannot widen the heads of this {arch.family} model ({arch.n_head} × {arch.d_head} → "
-                               f"{n_head} × {d_head}): {fixed_heads}; residual and MLP widths can differ")
+                               f"{n_head} × {d_head}): {fixed_size}; {what}")
     o = residual_embedding(arch, d_model) if o is None else o
     v = embed_residual(view, arch, o)
     if (n_head, d_head) != (arch.n_head, arch.d_head):
