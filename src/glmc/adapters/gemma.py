@@ -49,6 +49,8 @@ class GemmaAdapter(RoPEDecoderAdapter):
     classes = {"gemma": "GemmaForCausalLM"}
     refused = REFUSED
 
+    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=1, mlp=344, tied=True)  # the cpu preset's shape
+    demo_label = "Gemma decoders (1 + w RMSNorm, √d embeddings, tied head, multi-query attention)"
     train_help = ("A Gemma (v1) decoder (RMSNorm with 1 + w gains, √d-scaled embeddings, RoPE, gated GELU, multi- or "
                   "grouped-query attention) on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 1 "
                   "key/value head, 344 units, tied, char tokenizer).")

@@ -53,6 +53,9 @@ class OlmoAdapter(RoPEDecoderAdapter):
     model_options = RoPEDecoderAdapter.model_options + ("clip_qkv",)
     classes = {"olmo": "OlmoForCausalLM"}
     refused = REFUSED
+    # the cpu preset's shape
+    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False, clip_qkv=8.0)
+    demo_label = "OLMo decoders (parameter-free LayerNorm, clip_qkv 8, RoPE, SwiGLU)"
     train_help = ("An OLMo (v1) decoder (LayerNorm without parameters, RoPE, SwiGLU, optional clip_qkv) on text. "
                   "Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, "
                   "untied, clip_qkv 8, char tokenizer).")

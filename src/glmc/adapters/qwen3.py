@@ -42,6 +42,8 @@ class Qwen3Adapter(RoPEDecoderAdapter):
     presets = PRESETS
     classes = {"qwen3": "Qwen3ForCausalLM"}
     refused = REFUSED
+    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False)  # the cpu preset's shape
+    demo_label = "Qwen3 decoders (QK-norm, RoPE, SwiGLU, 4 query / 2 key-value heads)"
     train_help = ("A Qwen3 decoder (RMSNorm, QK-norm on every query/key head, RoPE, SwiGLU, grouped-query attention) "
                   "on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 "
                   "units, untied, char tokenizer).")
