@@ -136,3 +136,28 @@ def test_widening_and_later_olmos_are_refused_by_name():
                                    num_key_value_heads=2, intermediate_size=40)
     with pytest.raises(UnsupportedModel, match="Olmo2ForCausalLM: .*signed permutations"):
         adapter_for(transformers.Olmo2ForCausalLM(cfg))
+
+
+@pytest.mark.parametrize("value, match", [("abc", "takes a positive number or none, got 'abc'"),
+                                          ("-1", "must be positive")])
+def test_a_bad_clip_qkv_is_refused_in_one_line_before_training(value, match, tmp_path):
+    from click.testing import CliRunner
+
+    from glmc.cli import main
+
+    result = CliRunner().invoke(main, ["train", "olmo", "--clip-qkv", value, "--out", str(tmp_path / "m")])
+    err = result.output.strip()
+    assert result.exit_code == 1 and err.startswith("Error: --clip-qkv") and len(err.splitlines()) == 1, err
+    assert match in err and not (tmp_path / "m").exists()
+
+
+def test_the_preset_clips_and_none_turns_it_off():
+    from glmc.adapters import adapter_named
+
+    adapter = adapter_named("olmo")
+    p = dict(adapter.presets["cpu"], data="shakespeare")
+    assert p["clip_qkv"] == 8.0
+    for given, want in (("none", None), ("2.5", 2.5)):
+        q = dict(p, clip_qkv=given)
+        adapter.training_data(q, {"clip_qkv"}, print)
+        assert q["clip_qkv"] == want
