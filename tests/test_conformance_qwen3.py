@@ -120,3 +120,20 @@ def test_widening_and_moe_variants_are_refused_by_name():
                                       num_experts=2, num_experts_per_tok=1, head_dim=8)
     with pytest.raises(UnsupportedModel, match="Qwen3MoeForCausalLM: mixture-of-experts"):
         adapter_for(transformers.Qwen3MoeForCausalLM(cfg))
+
+
+def test_with_equal_gains_plane_rotations_survive_too_which_is_why_only_generic_gains_are_declared():
+    """At initialisation (every q_norm / k_norm gain 1) a rotation of each plane commutes with the gains too, so the
+    group is larger there; training moves the gains apart, and glmc declares the group of generic gains."""
+    model = decoder(QWEN3, head_dim=8)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.fill_(1.3)
+            layer.self_attn.k_norm.weight.fill_(0.7)
+    canon = canonical_model(model)
+    arch = adapter_for(model).arch(model)
+    n_kv, h = arch.groups["qk"].batch, arch.d_head // 2
+    angle = torch.rand(n_kv, h, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 6.28
+    rot = ScaleRotation.matrix(torch.stack([angle.cos(), angle.sin()], -1))
+    moved = transform_model(canon, _qk({i: rot for i in range(arch.n_layer)}), canonicalise_first=False)
+    assert max_diff(canon, moved, probe_inputs(model)) <= 1e-5
