@@ -15,6 +15,9 @@ SHAPES = {
     "timm-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
     "llama": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
     "neox": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, rotary=0.25, parallel=True),
+    "qwen3": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
+    "gemma": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
+    "olmo": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False, clip_qkv=8.0),
 }
 
 

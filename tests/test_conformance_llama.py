@@ -132,13 +132,6 @@ def test_inexact_variants_are_refused_by_name(change, match):
         adapter_for(model)
 
 
-def test_qk_norm_is_refused_by_name():
-    cfg = transformers.Qwen3Config(vocab_size=61, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=40, head_dim=8)
-    with pytest.raises(UnsupportedModel, match="QK-norm"):
-        adapter_for(transformers.Qwen3ForCausalLM(cfg))
-
-
 def test_partial_rotary_and_circuit_mode_are_refused():
     model = llama(layers=1)
     model.config.rope_parameters = dict(model.config.rope_parameters, partial_rotary_factor=0.5)

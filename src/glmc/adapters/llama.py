@@ -34,8 +34,7 @@ from glmc.symmetry.spec import GroupSpec
 # model_type -> transformers class; the classes one adapter serves (their modules differ only where noted above)
 CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 # Llama-shaped classes whose symmetry groups differ: refused by name rather than transformed wrongly
-REFUSED = {"Qwen3ForCausalLM": "QK-norm (Qwen3) normalises each query/key head, which removes the QK maps "
-                               "and ties the head dimensions to the norm's gains; not supported yet"}
+REFUSED: dict[str, str] = {}  # Qwen3 (QK-norm) has its own adapter: glmc/adapters/qwen3.py
 
 # key/value projections hold n_kv heads
 KV_ROWS = Converter("kv-rows", lambda t, dims: t.reshape(dims["n_kv_head"], -1, t.shape[-1]),

@@ -9,13 +9,17 @@ import torch
 
 from glmc.adapters.base import Adapter, UnsupportedModel
 from glmc.adapters.common import hf_config
+from glmc.adapters.gemma import GemmaAdapter
 from glmc.adapters.gpt2 import GPT2Adapter
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.llama import LlamaAdapter
 from glmc.adapters.neox import NeoXAdapter
+from glmc.adapters.olmo import OlmoAdapter
+from glmc.adapters.qwen3 import Qwen3Adapter
 from glmc.adapters.timm_vit import TimmViTAdapter
 
-ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, NeoXAdapter]
+ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, NeoXAdapter, Qwen3Adapter,
+                                 GemmaAdapter, OlmoAdapter]
 FAMILIES = tuple(cls.family for cls in ADAPTERS)
 
 
