@@ -43,7 +43,6 @@ class RoPEDecoderAdapter(LlamaAdapter):
 
     classes: dict[str, str] = {}
     refused: dict[str, str] = {}
-    config_defaults: dict = {}  # config fields build() sets beyond the shape
     demo_shape: dict = {}
     train_options = LM_OPTIONS + (
         TrainOption("kv_heads", "count", "Key/value heads (grouped-query attention; must divide --heads)."),
@@ -121,7 +120,7 @@ class RoPEDecoderAdapter(LlamaAdapter):
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                       intermediate_size=mlp, tie_word_embeddings=tied, bos_token_id=0, eos_token_id=0,
                       pad_token_id=None, head_dim=head_dim or width // heads)
-        fields.update(self.config_defaults, **extra)
+        fields.update(extra)
         if activation is not None:
             fields["hidden_act"] = activation
         return cls(cls.config_class(**fields))
