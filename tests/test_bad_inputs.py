@@ -244,6 +244,11 @@ ROWS = [
     ("merge-out-exists", ["merge", *A_B, "--out", "{existing}"], USAGE, "exists (pass --overwrite"),
     ("out-is-a-file", ["align", *A_B, "--out", "{file}", "--overwrite"], USAGE, "a-file' is a file"),
     ("json-is-a-directory", ["barrier", *A_B, "--json", "{existing}"], USAGE, "existing' is a directory"),
+    ("out-is-input-b", ["align", *A_B, "--out", "{b}", "--overwrite"], USAGE, "is the input"),
+    ("out-is-a-link-to-input-b", ["align", *A_B, "--out", "{link}", "--overwrite"], USAGE, "is the input"),
+    ("out-inside-input-a", ["align", *A_B, "--out", "{a}/aligned", "--overwrite"], USAGE, "lies inside the input"),
+    ("merge-out-contains-inputs", ["merge", *A_B, "--out", "{root}", "--overwrite"], USAGE, "contains the input"),
+    ("json-inside-input", ["barrier", *A_B, "--json", "{a}/b.json"], USAGE, "lies inside the input"),
 ]
 
 
@@ -260,8 +265,10 @@ def test_bad_input_is_one_line_and_touches_nothing(models, tmp_path, monkeypatch
     (existing / "keep.txt").write_text("an earlier result\n")
     file = tmp_path / "a-file"
     file.write_text("a regular file\n")
+    link = tmp_path / "link-to-b"
+    link.symlink_to(models["b"], target_is_directory=True)
     paths = {**{k: str(v) for k, v in models.items()}, "root": str(models["a"].parent), "out": str(tmp_path / "out"),
-             "existing": str(existing), "file": str(file)}
+             "existing": str(existing), "file": str(file), "link": str(link)}
     before = _snapshot(models["a"].parent, tmp_path)
     result = _invoke([a.format(**paths) for a in args])
     after = _snapshot(models["a"].parent, tmp_path)

@@ -65,7 +65,7 @@ def save_model(model, directory, overwrite: bool = False) -> Path:
     what `save_pretrained` writes), with the tokenizer and glmc.json of the directory it was loaded from."""
     from glmc.io import atomic_dir
 
-    with atomic_dir(directory, overwrite=overwrite) as tmp:
+    with atomic_dir(directory, overwrite=overwrite, inputs=[source_of(model)]) as tmp:
         write_like(model, source_of(model), tmp)
     return Path(directory)
 

@@ -56,7 +56,7 @@ class Alignment:
         from glmc.io import atomic_dir
 
         source = self.sources[1] if self.moved == "B" else self.sources[0]
-        with atomic_dir(directory, overwrite=overwrite) as tmp:
+        with atomic_dir(directory, overwrite=overwrite, inputs=self.sources) as tmp:
             if mode == "circuit":
                 from glmc.view.circuit import circuit_model
 
@@ -254,7 +254,7 @@ class Merge:
         sources = list(self.sources) + [None] * (len(self.aligned) - len(self.sources))
         report = {k: v for k, v in self.report.items() if k != "fills"}
         fills = self.report.get("fills", {})
-        with atomic_dir(directory, overwrite=overwrite) as tmp:
+        with atomic_dir(directory, overwrite=overwrite, inputs=self.sources) as tmp:
             if self.mode == "circuit":
                 self.model.write_files(tmp)  # a CircuitModel
             else:

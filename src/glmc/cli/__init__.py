@@ -124,9 +124,11 @@ def join_launch(command: str | None) -> None:
 @click.pass_context
 def main(ctx):
     """Align, interpolate and merge independently trained Transformers (GPT-2, ViT, Llama)."""
+    from glmc.io import terminate_cleanly
     from glmc.memory import release_freed_memory
 
     release_freed_memory()
+    terminate_cleanly()  # SIGTERM unwinds like Ctrl-C: no temporary output or lock is left behind
     join_launch(ctx.invoked_subcommand)
 
 

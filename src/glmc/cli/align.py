@@ -89,7 +89,7 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
-    check_out_path(out_dir, "--out", overwrite, directory=True)
+    check_out_path(out_dir, "--out", overwrite, directory=True, inputs=(model_a, model_b))
     device = pick_device(data_kw.pop("device"))
     a, b = load_models([model_a, model_b], device)
     ds = None

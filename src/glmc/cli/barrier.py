@@ -56,9 +56,9 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     method_list = parse_methods(methods, "--align", simplex=len(models) > 2)
     for path, option in ((json_path, "--json"), (csv_path, "--csv")):
         if path:
-            check_out_path(path, option)
+            check_out_path(path, option, inputs=models)
     if plot_path:
-        check_plot_path(plot_path)
+        check_plot_path(plot_path, inputs=models)
     if plot_path and len(models) > 3:
         raise click.UsageError("--plot draws a ternary heat map for 3 models (or curves for 2); drop it for more")
     device = pick_device(data_kw.pop("device"))

@@ -71,11 +71,19 @@ def _process_gpu(device):
     return torch.device("cuda", own)
 
 
-def check_out_path(path, option: str, overwrite: bool = True, directory: bool = False) -> None:
-    """Refuse an output path early (before any work): one that exists without --overwrite, a directory where a
-    file goes, or one below a regular file."""
+def check_out_path(path, option: str, overwrite: bool = True, directory: bool = False, inputs=()) -> None:
+    """Refuse an output path early (before any work): one that is, contains or lies inside one of the `inputs`
+    (with --overwrite too), one that exists without --overwrite, a directory where a file goes, or one below a
+    regular file. Then take the output's lock for the rest of the command (glmc/io.py): a second run on the same
+    output is refused while this one runs."""
     from pathlib import Path
 
+    from glmc.io import check_not_input, lock_output
+
+    try:
+        check_not_input(path, inputs)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
     p = Path(path)
     if p.exists() and not overwrite:
         raise click.BadParameter(f"{path} exists (pass --overwrite to replace it, or choose another path)",
@@ -90,6 +98,11 @@ def check_out_path(path, option: str, overwrite: bool = True, directory: bool = 
     if parent.exists() and not parent.is_dir():
         raise click.BadParameter(f"cannot write {path}: {parent} is a file, not a directory; choose another path",
                                  param_hint=option)
+    from glmc import distributed
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and distributed.is_main():  # only the main process of a launch writes
+        ctx.with_resource(lock_output(path))
 
 
 def load_models(paths, device):
@@ -145,11 +158,11 @@ def write_json(path, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def check_plot_path(path, option: str = "--plot") -> None:
+def check_plot_path(path, option: str = "--plot", inputs=()) -> None:
     """A figure path whose suffix matplotlib can write (none: PNG), checked before any work."""
     from pathlib import Path
 
-    check_out_path(path, option)
+    check_out_path(path, option, inputs=inputs)
     suffix = Path(path).suffix.lstrip(".").lower()
     if suffix:
         from matplotlib.figure import Figure

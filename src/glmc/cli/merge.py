@@ -57,7 +57,7 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
                        null_space=null_space)
     if len(models) < 2:
         raise click.UsageError("give at least two models")
-    check_out_path(out_dir, "--out", overwrite, directory=True)
+    check_out_path(out_dir, "--out", overwrite, directory=True, inputs=models)
     loaded = load_models(models, device)
     # a weight merge without evaluation needs no data; learned refinement trains on it either way
     ds, batches, info = (None, None, {}) if no_eval and method == "weight" else \
