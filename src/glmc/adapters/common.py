@@ -4,6 +4,7 @@ checks for builders, and the ViT training presets and data sizes (HF and timm Vi
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from pathlib import Path
 
@@ -89,10 +90,17 @@ def load_pretrained(model_class, path):
         return model_class.from_pretrained(str(p), config=config, local_files_only=True, use_safetensors=True)
 
 
+# glmc writes weights above this size as shards model-0000k-of-0000n.safetensors with model.safetensors.index.json
+# (transformers' own default is 50GB); write_model_files sets another for one write (glmc ... --max-shard-size)
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+MAX_SHARD_SIZE: contextvars.ContextVar = contextvars.ContextVar("max_shard_size", default=DEFAULT_MAX_SHARD_SIZE)
+
+
 def save_pretrained(model, directory) -> None:
-    """Exactly what `save_pretrained` writes (config.json + model.safetensors), so transformers loads it alone."""
+    """Exactly what `save_pretrained` writes (config.json + model.safetensors, or shards with their index above
+    MAX_SHARD_SIZE), so transformers loads it alone."""
     with quiet_hf():
-        model.save_pretrained(str(directory))
+        model.save_pretrained(str(directory), max_shard_size=MAX_SHARD_SIZE.get())
 
 
 def hf_expected_weights(path, class_name: str, label: str) -> dict | None:

@@ -12,6 +12,7 @@ from glmc.cli.common import (
     mode_option,
     parse_methods,
     pick_device,
+    precision_options,
     write_json,
 )
 
@@ -38,9 +39,10 @@ from glmc.cli.common import (
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the interpolated models during evaluation (averages are formed in float32 first).")
 @mode_option
+@precision_options(write=False)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, dtype, mode, progress, **data_kw):
+            concentration, dtype, mode, progress, compute_dtype, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -62,7 +64,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     if plot_path and len(models) > 3:
         raise click.UsageError("--plot draws a ternary heat map for 3 models (or curves for 2); drop it for more")
     device = pick_device(data_kw.pop("device"))
-    loaded = load_models(models, device)
+    loaded = load_models(models, device, compute_dtype)
     ds, batches, data_info = load_eval_data(models[0], model=loaded[0], **data_kw)
     if len(models) > 2:
         return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,

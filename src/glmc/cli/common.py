@@ -105,16 +105,53 @@ def check_out_path(path, option: str, overwrite: bool = True, directory: bool = 
         ctx.with_resource(lock_output(path))
 
 
-def load_models(paths, device):
+def load_models(paths, device, compute_dtype="float32"):
     """The models in `paths`, checked (glmc/models/checkpoint.py: files, weights, and that they can be combined), on
-    `device`. A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI prints as one line."""
+    `device`, their weights upcast to `compute_dtype` in place (each remembers the dtype it was stored in, which is
+    what its derived models are written in). A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI
+    prints as one line."""
     from glmc.api import load_model
+    from glmc.api.sources import COMPUTE_DTYPES, remember_dtype, torch_dtype, weights_dtype
     from glmc.models.checkpoint import check_group
 
     out = [load_model(p) for p in paths]
     if len(out) > 1:
         check_group(out, [str(p) for p in paths])
-    return [m.to(device).eval() for m in out]
+    compute = torch_dtype(compute_dtype, "--compute-dtype", COMPUTE_DTYPES)
+    for m in out:
+        remember_dtype(m, weights_dtype(m))
+    return [m.to(device=device, dtype=compute).eval() for m in out]
+
+
+def precision_options(write: bool = True):
+    """--compute-dtype (and, for commands that write models, --dtype and --max-shard-size)."""
+    from glmc.api.sources import COMPUTE_DTYPES, WRITE_DTYPES
+
+    def decorate(f):
+        if write:
+            f = click.option("--max-shard-size", default=None,
+                             help="Write Hugging Face weights above this size (e.g. 500MB, 2GB) as shards with an "
+                                  "index [5GB].")(f)
+            f = click.option("--dtype", "out_dtype", default="auto", show_default=True,
+                             type=click.Choice(["auto", *WRITE_DTYPES]),
+                             help="dtype of the written weights [auto: each aligned model its input's, a merge "
+                                  "model A's]. The rounding's effect is measured and reported.")(f)
+        return click.option("--compute-dtype", default="float32", show_default=True,
+                            type=click.Choice(list(COMPUTE_DTYPES)),
+                            help="Precision of alignment, interpolation and merging (bfloat16/float16 checkpoints "
+                                 "are upcast; the function check runs in it, before any rounding).")(f)
+
+    return decorate
+
+
+def rounding_line(report: dict) -> str | None:
+    """The printed line for report["rounding"] (glmc.align / glmc.merge), or None when nothing was rounded."""
+    r = report.get("rounding")
+    if not r:
+        return None
+    return (f"written in {r['dtype']}: rounding the weights changes the logits by max |Δlogits| {r['max_dlogits']:.2e} "
+            f"(measured on probe inputs; the function check above is on the unrounded {report['dtypes']['compute']} "
+            "weights)")
 
 
 def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_size=32, max_batches=None,

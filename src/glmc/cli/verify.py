@@ -21,6 +21,8 @@ def command(model_dir, tol, seed, classes):
     from glmc.models.checkpoint import load_checked
 
     model, _ = load_checked(model_dir)  # a bad or unsupported checkpoint: a GlmcError, one line from the CLI
+    stored = str(next(model.parameters()).dtype).removeprefix("torch.")
+    model = model.float()  # bfloat16 / float16 weights: checked on their exact values, computed in float32
     try:
         arch = adapter_for(model).arch(model)
         chosen = _parse_classes(classes, arch) if classes is not None else None
@@ -29,7 +31,7 @@ def command(model_dir, tol, seed, classes):
     except UnsupportedModel as e:
         raise click.ClickException(f"cannot transform {model_dir} exactly: {e}") from None
     click.echo(f"{model_dir}: {arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads, "
-               f"MLP {arch.d_mlp} ({arch.activation})")
+               f"MLP {arch.d_mlp} ({arch.activation}); stored in {stored}, checked in float32")
     click.echo(f"{'class':<20}{'max |Δlogits|':>15}{'|Δloss|':>12}{'seconds':>9}  ok")
     for c in checks:
         click.echo(f"{c.name:<20}{c.max_dlogits:>15.2e}{c.dloss:>12.2e}{c.seconds:>9.2f}  {'yes' if c.ok else 'NO'}")
