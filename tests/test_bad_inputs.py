@@ -134,7 +134,42 @@ def models(tmp_path_factory):
     m["inf"] = _variant(root, "inf", a, _set_entry("transformer.wte.weight", float("inf")))
     m["file"] = root / "a-regular-file"
     m["file"].write_text("not a directory\n")
+    _release_formats(root, m)
     return m
+
+
+class _Code:
+    """Pickles as a call to os.system: what torch.load(weights_only=True) must refuse without running it."""
+
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/glmc-was-unpickled",))
+
+
+def _release_formats(root: Path, m: dict) -> None:
+    """Shards, pickle-based weights and a Hugging Face cache, each broken in one way."""
+    from transformers import GPT2LMHeadModel
+
+    from conftest import make_cache
+
+    model = GPT2LMHeadModel.from_pretrained(m["a"])
+    model.save_pretrained(root / "shard_missing", max_shard_size="20KB")
+    sorted((root / "shard_missing").glob("model-*.safetensors"))[1].unlink()
+    m["shard_missing"] = root / "shard_missing"
+    for name, state in (("evil", {"w": torch.zeros(2), "x": _Code()}), ("bin_truncated", model.state_dict()),
+                        ("bin_list", [torch.zeros(2)])):
+        m[name] = root / name
+        m[name].mkdir()
+        shutil.copy(m["a"] / "config.json", m[name])
+        torch.save(state, m[name] / "pytorch_model.bin")
+    data = (m["bin_truncated"] / "pytorch_model.bin").read_bytes()
+    (m["bin_truncated"] / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+    m["pt_only"] = root / "pt_only"
+    m["pt_only"].mkdir()
+    shutil.copy(m["a"] / "config.json", m["pt_only"])
+    torch.save(model.state_dict(), m["pt_only"] / "model.pt")
+    m["hub"] = make_cache(root / "hub", "someone/tiny", {"main": m["a"]})
+    m["snap"] = next((m["hub"] / "models--someone--tiny" / "snapshots").iterdir())
+    m["blobs"] = m["hub"] / "models--someone--tiny" / "blobs"
 
 
 def _snapshot(*roots) -> dict:
@@ -171,7 +206,24 @@ ROWS = [
     ("empty-dir", ["verify", "{empty}"], ERROR, "is empty: expected a model directory"),
     ("truncated-safetensors", ["verify", "{truncated}"], ERROR, "is truncated or corrupt"),
     ("garbage-safetensors", ["align", "{garbage}", "{b}", "--out", "{out}"], ERROR, "is truncated or corrupt"),
-    ("pickle-only", ["verify", "{pickle}"], ERROR, "pickle files are never loaded; convert to safetensors"),
+    ("pickle-not-a-state-dict", ["verify", "{pickle}"], ERROR,
+     "torch.load(weights_only=True), which rebuilds only tensors, refuses it (Unsupported operand"),
+    ("pickle-with-code", ["verify", "{evil}"], ERROR, "refuses it (Trying to load unsupported GLOBAL posix.system"),
+    ("pickle-truncated", ["align", "{bin_truncated}", "{b}", "--out", "{out}"], ERROR, "is truncated or corrupt"),
+    ("pickle-holds-a-list", ["verify", "{bin_list}"], ERROR, "does not hold a state dict (name -> tensor) but a list"),
+    ("other-pickle-only", ["verify", "{pt_only}"], ERROR, "(model.pt) and no pytorch_model.bin: glmc reads no other"),
+    ("shard-missing", ["verify", "{shard_missing}"], ERROR, "names shard model-00002-of-"),
+    ("convert-refused-pickle", ["convert", "{evil}", "{out}"], ERROR, "refuses it (Trying to load unsupported"),
+    ("convert-out-is-input", ["convert", "{a}", "{a}", "--overwrite"], USAGE, "is the input"),
+    ("hub-id-not-cached", ["verify", "someone/absent"], ERROR,
+     "is neither a directory nor a model in the local Hugging Face cache"),
+    ("revision-not-cached", ["barrier", "someone/tiny", "{b}", "--revision", "step9"], ERROR,
+     "cached: main); download it first: hf download someone/tiny --revision step9"),
+    ("revision-for-a-directory", ["verify", "{a}", "--revision", "main"], ERROR, "--revision applies to hub ids"),
+    ("out-is-a-cached-snapshot", ["align", "{b}", "someone/tiny", "--out", "{snap}", "--overwrite"], USAGE,
+     "is the input"),
+    ("out-holds-the-cache-blobs", ["merge", "someone/tiny", "{b}", "--out", "{blobs}", "--overwrite"], USAGE,
+     "contains the input"),
     ("falcon-config", ["verify", "{falcon}"], ERROR, "model_type 'falcon'; glmc supports GPT-2"),
     ("config-without-model-type", ["barrier", "{no_type}", "{b}"], ERROR, "has no model_type; glmc supports"),
     ("config-invalid-json", ["verify", "{bad_config}"], ERROR, "config.json is not valid JSON"),
@@ -234,6 +286,11 @@ ROWS = [
     ("train-steps-0", ["train", "gpt2", "--steps", "0", "--out", "{out}"], USAGE, "'--steps': 0 is not in"),
     ("train-layers-0", ["train", "vit", "--layers", "0", "--out", "{out}"], USAGE, "'--layers': 0 is not in"),
     ("plot-format", ["barrier", *A_B, "--plot", "{out}.foo"], USAGE, "cannot draw a .foo figure"),
+    ("compute-dtype-bfloat16", ["align", *A_B, "--out", "{out}", "--compute-dtype", "bfloat16"], USAGE,
+     "'bfloat16' is not one of 'float32', 'float64'"),
+    ("write-dtype-int8", ["merge", *A_B, "--out", "{out}", "--dtype", "int8"], USAGE, "'int8' is not one of"),
+    ("max-shard-size-nonsense", ["align", *A_B, "--out", "{out}", "--max-shard-size", "lots"], USAGE,
+     "'lots' is not a size"),
     # --- outputs -----------------------------------------------------------------------------------------
     ("out-under-a-file", ["align", *A_B, "--out", "{file}/sub"], USAGE, "is a file, not a directory"),
     ("merge-out-under-a-file", ["merge", *A_B, "--out", "{file}/sub/dir"], USAGE, "is a file, not a directory"),
@@ -260,6 +317,7 @@ def _row(id_, args, code, phrase):
 @pytest.mark.parametrize("args,code,phrase", [_row(*r) for r in ROWS])
 def test_bad_input_is_one_line_and_touches_nothing(models, tmp_path, monkeypatch, args, code, phrase):
     monkeypatch.delenv("GLMC_DEBUG", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(models["hub"]))
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "keep.txt").write_text("an earlier result\n")
@@ -279,6 +337,7 @@ def test_bad_input_is_one_line_and_touches_nothing(models, tmp_path, monkeypatch
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     assert phrase in lines[0], result.output
     assert before == after  # inputs byte-identical; nothing written or left half-written at --out / --json
+    assert not Path("/tmp/glmc-was-unpickled").exists()  # a refused pickle never ran its code
 
 
 # ------------------------------------------------------------------------------------------------ writes

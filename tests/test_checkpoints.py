@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import glmc
-from conftest import run_cli
+from conftest import make_cache, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "glmc.json")
@@ -123,3 +123,147 @@ def test_api_precision_options(f32, tmp_path):
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}
     with pytest.raises(ValueError, match="unknown compute_dtype 'bfloat16'"):
         glmc.align(a16, b16, compute_dtype="bfloat16")
+
+
+# ------------------------------------------------------------------------------------------------ shards
+
+def _shards(path: Path) -> list[str]:
+    return sorted(f.name for f in path.glob("model-*-of-*.safetensors"))
+
+
+def test_sharded_checkpoints_read_and_write(f32, tmp_path):
+    from transformers import GPT2LMHeadModel
+
+    sharded = [_resave(p, tmp_path / f"sh-{p.name}", max_shard_size="20KB") for p in f32]
+    assert len(_shards(sharded[0])) > 2 and (sharded[0] / "model.safetensors.index.json").is_file()
+    assert _barriers(*sharded, tmp_path, "sharded") == _barriers(*f32, tmp_path, "single")
+    run_cli("align", *sharded, "--out", tmp_path / "al", "--iterations", 1, "--max-shard-size", "30KB", "--no-progress")
+    assert len(_shards(tmp_path / "al")) > 1 and not (tmp_path / "al" / "model.safetensors").exists()
+    index = json.loads((tmp_path / "al" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(_shards(tmp_path / "al"))
+    GPT2LMHeadModel.from_pretrained(tmp_path / "al")
+    glmc.save_model(glmc.load_model(tmp_path / "al"), tmp_path / "one")  # glmc's default: one file below 5GB
+    assert (tmp_path / "one" / "model.safetensors").is_file() and _shards(tmp_path / "one") == []
+    run_cli("verify", tmp_path / "al")
+
+
+def test_legacy_layernorm_names_are_read_as_transformers_reads_them(tmp_path):
+    """BERT-era checkpoints store LayerNorm.gamma/beta; transformers renames them on load, and so do glmc's
+    checks (glmc/adapters/files.py), with the names a meta-device model expects."""
+    from safetensors.torch import load_file, save_file
+    from transformers import BertConfig, BertModel
+
+    from glmc.adapters.files import renamed
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                 vocab_size=50)).eval()
+    model.save_pretrained(tmp_path / "bert")
+    weights = tmp_path / "bert" / "model.safetensors"
+    state = load_file(weights)
+    old = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+           for k, v in state.items()}
+    assert old.keys() != state.keys()
+    save_file(old, weights, metadata={"format": "pt"})
+    assert {renamed(k) for k in old} == set(state)
+    loaded = BertModel.from_pretrained(tmp_path / "bert")
+    assert torch.equal(loaded.embeddings.LayerNorm.weight, model.embeddings.LayerNorm.weight)
+
+
+def test_an_adapter_declares_its_own_renames(f32, tmp_path, monkeypatch):
+    """A rename transformers does not make itself, declared by an adapter (Adapter.renames), is applied by glmc's
+    checks and passed to from_pretrained: the checkpoint loads with the function of the original."""
+    from safetensors.torch import load_file, save_file
+
+    from glmc.adapters.gpt2 import GPT2Adapter
+    from glmc.matching.common import max_logit_change
+
+    path = tmp_path / "renamed"
+    shutil.copytree(f32[0], path)
+    state = load_file(path / "model.safetensors")
+    save_file({k.replace(".ln_f.", ".final_norm."): v for k, v in state.items()}, path / "model.safetensors",
+              metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="lacks weight 'transformer.ln_f.weight'"):
+        glmc.load_model(path)
+    monkeypatch.setattr(GPT2Adapter, "renames", {r"\.final_norm\.": ".ln_f."})
+    assert max_logit_change(glmc.load_model(path), glmc.load_model(f32[0])) == 0.0
+
+
+# ------------------------------------------------------------------------------------------------ pytorch_model.bin
+
+def _bin(src: Path, dst: Path, shards: int = 1) -> Path:
+    """`src` as an older release ships it: config.json, tokenizer and glmc.json, and its state dict written by
+    torch.save as pytorch_model.bin (tied head included, sharing the embedding's storage), or as `shards` files
+    with pytorch_model.bin.index.json."""
+    from transformers import GPT2LMHeadModel
+
+    dst.mkdir()
+    model = GPT2LMHeadModel.from_pretrained(src)
+    model.config.save_pretrained(dst)
+    for name in KEEP:
+        if (src / name).is_file():
+            shutil.copy(src / name, dst / name)
+    state = model.state_dict()
+    if shards == 1:
+        torch.save(state, dst / "pytorch_model.bin")
+        return dst
+    names = list(state)
+    files = {}
+    for i in range(shards):
+        part = names[i::shards]
+        fname = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+        torch.save({k: state[k] for k in part}, dst / fname)
+        files.update({k: fname for k in part})
+    (dst / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": files}))
+    return dst
+
+
+@pytest.mark.parametrize("shards", [1, 3], ids=["single", "sharded"])
+def test_pytorch_model_bin_is_read_with_weights_only_and_converted(f32, tmp_path, shards):
+    from safetensors import safe_open
+    from transformers import GPT2LMHeadModel
+
+    bins = [_bin(p, tmp_path / f"bin-{p.name}", shards) for p in f32]
+    assert _barriers(*bins, tmp_path, "bin") == _barriers(*f32, tmp_path, "st")
+    note = [x for x in run_cli("verify", bins[0]).splitlines() if x.startswith("note:")]
+    assert len(note) == 1 and "read pickle-based weights" in note[0] and "torch.load(weights_only=True)" in note[0]
+    out = run_cli("convert", bins[0], tmp_path / "conv")
+    kept = {f.name for f in bins[0].iterdir() if not f.name.startswith("pytorch_model")}
+    assert "wrote" in out and {f.name for f in (tmp_path / "conv").iterdir()} == kept | {
+        "generation_config.json", "model.safetensors"}
+    with safe_open(str(tmp_path / "conv" / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "transformer.wte.weight" in keys and "lm_head.weight" not in keys  # the tied head once
+    converted, original = GPT2LMHeadModel.from_pretrained(tmp_path / "conv"), GPT2LMHeadModel.from_pretrained(f32[0])
+    assert all(torch.equal(a, b) for a, b in zip(converted.state_dict().values(), original.state_dict().values()))
+    glmc.convert(bins[1], tmp_path / "conv16", dtype="bfloat16")
+    assert next(GPT2LMHeadModel.from_pretrained(tmp_path / "conv16").parameters()).dtype == torch.bfloat16
+
+
+# ------------------------------------------------------------------------------------------------ the HF cache
+
+def test_hub_ids_and_revisions_resolve_in_the_local_cache(f32, tmp_path, monkeypatch):
+    import hashlib
+
+    cache = make_cache(tmp_path / "hub", "someone/tiny", {"step1": f32[0], "main": f32[1]})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    plain = _barriers(*f32, tmp_path, "plain")
+    assert _barriers("someone/tiny@step1", "someone/tiny", tmp_path, "hub") == plain
+    step1 = hashlib.sha1(b"step1").hexdigest()
+    assert _barriers("someone/tiny", "someone/tiny", tmp_path, "rev", "--revision", step1[:10])["none"] == 0.0
+    snap = cache / "models--someone--tiny" / "snapshots" / step1
+    run_cli("verify", snap)  # a snapshot folder of symlinks, as a plain path
+    run_cli("verify", "someone/tiny", "--revision", "step1")
+    run_cli("align", "someone/tiny@step1", "someone/tiny", "--out", tmp_path / "al", "--iterations", 1,
+            "--no-progress")
+    assert json.loads((tmp_path / "al" / "align.json").read_text())["model_a"] == str(snap)
+    a = glmc.load_model("someone/tiny", revision="step1")
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # HF_HOME/hub
+    b = glmc.load_model("someone/tiny@main")
+    from glmc.matching.common import max_logit_change
+
+    assert max_logit_change(a, glmc.load_model(f32[0])) == 0.0 and max_logit_change(b, glmc.load_model(f32[1])) == 0
+    with pytest.raises(ValueError, match="revision 'step2' of someone/tiny is not in the local Hugging Face cache .*"
+                                         "cached: main, step1.*hf download someone/tiny --revision step2"):
+        glmc.load_model("someone/tiny", revision="step2")

@@ -84,6 +84,9 @@ class Adapter:
     dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
     presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
     model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
+    # stored tensor name (regex) -> the name the model class loads, for names transformers does not rename itself
+    # (its own legacy renames, glmc/adapters/files.py LEGACY_RENAMES, apply to every family)
+    renames: dict[str, str] = {}
 
     @staticmethod
     def matches(model) -> bool:

@@ -1,8 +1,19 @@
 """glmc's Python API (re-exported as `glmc.align`, `glmc.barrier`, …; see glmc/__init__.py)."""
 
-from glmc.api.functions import Verification, align, barrier, evaluate, load_model, merge, save_model, verify
+from glmc.api.functions import (
+    Verification,
+    align,
+    barrier,
+    convert,
+    evaluate,
+    load_model,
+    merge,
+    save_model,
+    verify,
+)
 from glmc.api.results import Alignment, Curve, Merge, Simplex
 from glmc.api.transform import Transform
 
-__all__ = ["load_model", "save_model", "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
+__all__ = ["load_model", "save_model", "convert",
+           "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
            "Simplex", "Merge", "Transform", "Verification"]

@@ -24,34 +24,37 @@ from glmc.api.sources import (
     write_like,
 )
 from glmc.api.transform import Transform
-from glmc.errors import BadCheckpoint, BadOption
+from glmc.errors import BadCheckpoint, BadOption  # noqa: F401  (BadCheckpoint: named by callers)
 
 SIMPLEX_METHODS = ("none", "weight", "learned")
 
 
-def load_model(path_or_id, device=None, cache_dir=None):
-    """Load a model glmc can align, in eval mode.
+def load_model(path_or_id, device=None, cache_dir=None, revision=None):
+    """Load a model glmc can align, in eval mode, in the dtype its weights are stored in.
 
     Args:
-        path_or_id: a model directory (Hugging Face `save_pretrained` output, a timm directory, or what `glmc
-            train` / `glmc align` wrote), or a Hugging Face hub id already in the local HF cache (glmc never
-            downloads).
+        path_or_id: a model directory (Hugging Face `save_pretrained` output — single or sharded safetensors, or
+            pytorch_model.bin read through torch.load(weights_only=True) —, a timm directory, or what `glmc train` /
+            `glmc align` wrote; a cache snapshot folder of symlinks works as a plain path), or a Hugging Face hub id
+            ("ORG/NAME", "ORG/NAME@REVISION") already in the local HF cache (glmc never downloads).
         device: where to put the model ("cpu", "cuda", "cuda:1", a torch.device); None leaves it on the CPU.
-        cache_dir: the Hugging Face cache to look hub ids up in (default: HF_HUB_CACHE, ~/.cache/huggingface/hub).
+        cache_dir: the Hugging Face cache to look hub ids up in (default: HF_HUB_CACHE, else HF_HOME/hub, else
+            ~/.cache/huggingface/hub).
+        revision: for a hub id, the cached revision: a branch or tag name (refs/NAME) or a commit hash (default:
+            main, or the id's own "@REVISION").
 
     Returns:
         The native model (a Hugging Face or timm module). glmc remembers its directory, so data specs use its saved
         tokenizer and saved results keep its tokenizer and training record.
 
     Raises:
-        BadCheckpoint: missing, truncated, pickle-only or otherwise unreadable files; a hub id not in the cache.
+        BadCheckpoint: missing, truncated, pickle-refused or otherwise unreadable files; a hub id or revision not in
+            the cache (the message names the `hf download` command that fetches it).
         UnsupportedModel: a model family or feature glmc cannot transform exactly.
     """
     from glmc.models.checkpoint import load_checked
 
-    path = Path(path_or_id).expanduser()
-    if not path.exists():
-        path = _hub_snapshot(str(path_or_id), cache_dir)
+    path = resolve_model_path(path_or_id, revision, cache_dir)
     model, _ = load_checked(path)
     remember(model, path)
     if device is not None:
@@ -59,16 +62,18 @@ def load_model(path_or_id, device=None, cache_dir=None):
     return model
 
 
-def _hub_snapshot(repo_id: str, cache_dir=None) -> Path:
-    if repo_id.count("/") > 1 or repo_id.startswith((".", "/", "~")):
-        raise BadCheckpoint(f"{repo_id}: no such directory")
-    try:
-        from huggingface_hub import snapshot_download
+def resolve_model_path(path_or_id, revision=None, cache_dir=None) -> Path:
+    """The directory a model argument names: an existing path as it is, or a hub id's snapshot in the local cache
+    (glmc/models/hub.py). Raises BadCheckpoint / BadOption naming the fix."""
+    from glmc.models.hub import snapshot
 
-        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=cache_dir))
-    except Exception:
-        raise BadCheckpoint(f"{repo_id} is neither a directory nor a model in the local Hugging Face cache; give a "
-                            f"model directory, or download it first (huggingface-cli download {repo_id})") from None
+    path = Path(str(path_or_id)).expanduser()
+    if path.exists():
+        if revision is not None:
+            raise BadOption(f"--revision applies to hub ids; {path_or_id} is a directory (give ORG/NAME, or the "
+                            "directory of the revision you want)")
+        return path
+    return snapshot(str(path_or_id), revision, cache_dir)
 
 
 def save_model(model, directory, overwrite: bool = False, dtype=None, max_shard_size=None) -> Path:
@@ -85,6 +90,43 @@ def save_model(model, directory, overwrite: bool = False, dtype=None, max_shard_
     with atomic_dir(directory, overwrite=overwrite, inputs=[source_of(model)]) as tmp:
         write_like(model, source_of(model), tmp, dtype=dtype, max_shard_size=max_shard_size)
     return Path(directory)
+
+
+# files of a model directory that are weights (rewritten by convert) rather than tokenizer, config or records
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
+
+
+def convert(path, out, dtype=None, max_shard_size=None, overwrite: bool = False, revision=None) -> Path:
+    """Rewrite a model directory as safetensors: what `save_pretrained` writes (tensors that share storage, such as
+    a tied head, are written once), plus the directory's other files (tokenizer, glmc.json, generation and
+    preprocessor configs) copied as they are. Reads pytorch_model.bin (single or sharded) through
+    torch.load(weights_only=True) only.
+
+    Args:
+        path: a model directory, or a hub id in the local Hugging Face cache (see `load_model`).
+        out: the new directory (written atomically; never the input, inside it, or holding it).
+        dtype: the weights' dtype on disk (None: as stored).
+        max_shard_size: shards with an index above this size (None: glmc's default, 5GB).
+        overwrite: replace `out` if it exists.
+        revision: for a hub id, the cached revision (see `load_model`).
+
+    Returns:
+        The output directory.
+    """
+    import shutil
+
+    from glmc.io import atomic_dir
+    from glmc.models import write_model_files
+
+    source = resolve_model_path(path, revision)
+    model = load_model(source)
+    with atomic_dir(out, overwrite=overwrite, inputs=[source]) as tmp:
+        write_model_files(model if dtype is None else cast_copy(model, torch_dtype(dtype)), tmp,
+                          max_shard_size=max_shard_size)
+        for f in sorted(Path(source).iterdir()):
+            if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES) and not (tmp / f.name).exists():
+                shutil.copyfile(f, tmp / f.name)
+    return Path(out)
 
 
 def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype="float32", dtype=None,

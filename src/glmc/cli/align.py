@@ -6,6 +6,7 @@ import click
 
 from glmc import distributed
 from glmc.cli.common import (
+    MODEL,
     check_out_path,
     data_options,
     load_eval_data,
@@ -13,6 +14,8 @@ from glmc.cli.common import (
     mode_option,
     pick_device,
     precision_options,
+    resolve_models,
+    revision_option,
     rounding_line,
 )
 
@@ -20,8 +23,8 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("align")
-@click.argument("model_a", type=click.Path(exists=True, file_okay=False))
-@click.argument("model_b", type=click.Path(exists=True, file_okay=False))
+@click.argument("model_a", type=MODEL)
+@click.argument("model_b", type=MODEL)
 @click.option("--method", default="weight", show_default=True,
               type=click.Choice(["weight", "activation", "learned", "learned-perm"]))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -84,12 +87,13 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @mode_option
 @precision_options()
+@revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, algorithm,
             select_batches, candidates, act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space,
             autocast, checkpoint, soft, eval_every, patience, mode, overwrite, progress, compute_dtype, out_dtype,
-            max_shard_size, **data_kw):
+            max_shard_size, revision, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
@@ -100,6 +104,7 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
+    model_a, model_b = resolve_models([model_a, model_b], revision)
     check_out_path(out_dir, "--out", overwrite, directory=True, inputs=(model_a, model_b))
     device = pick_device(data_kw.pop("device"))
     a, b = load_models([model_a, model_b], device, compute_dtype)

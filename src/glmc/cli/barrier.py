@@ -4,6 +4,7 @@ import click
 
 from glmc import distributed
 from glmc.cli.common import (
+    MODEL,
     check_out_path,
     check_plot_path,
     data_options,
@@ -13,12 +14,14 @@ from glmc.cli.common import (
     parse_methods,
     pick_device,
     precision_options,
+    resolve_models,
+    revision_option,
     write_json,
 )
 
 
 @click.command("barrier")
-@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("models", nargs=-1, required=True, type=MODEL)
 @click.option("--align", "methods", default="none", show_default=True,
               help="Comma-separated alignment methods: none, weight, activation, learned, learned-perm.")
 @click.option("--points", default=11, show_default=True, type=click.IntRange(min=2),
@@ -40,9 +43,10 @@ from glmc.cli.common import (
               help="Precision of the interpolated models during evaluation (averages are formed in float32 first).")
 @mode_option
 @precision_options(write=False)
+@revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, dtype, mode, progress, compute_dtype, **data_kw):
+            concentration, dtype, mode, progress, compute_dtype, revision, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -56,6 +60,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     if len(models) < 2:
         raise click.UsageError("give at least two models")
     method_list = parse_methods(methods, "--align", simplex=len(models) > 2)
+    models = resolve_models(models, revision)
     for path, option in ((json_path, "--json"), (csv_path, "--csv")):
         if path:
             check_out_path(path, option, inputs=models)

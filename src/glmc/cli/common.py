@@ -105,6 +105,44 @@ def check_out_path(path, option: str, overwrite: bool = True, directory: bool = 
         ctx.with_resource(lock_output(path))
 
 
+class ModelPath(click.ParamType):
+    """A model argument: an existing directory (a file is refused), or a hub id ORG/NAME[@REVISION] that names a
+    model in the local Hugging Face cache (resolved by resolve_models, which knows --revision)."""
+
+    name = "model"
+
+    def convert(self, value, param, ctx):
+        from pathlib import Path
+
+        from glmc.models.hub import looks_like_hub_id
+
+        p = Path(value).expanduser()
+        if p.exists():
+            if not p.is_dir():
+                self.fail(f"{value!r} is a file: give a model directory", param, ctx)
+            return value
+        if looks_like_hub_id(value):
+            return value
+        self.fail(f"directory {value!r} does not exist", param, ctx)
+
+
+MODEL = ModelPath()
+
+
+def revision_option(f):
+    return click.option("--revision", default=None,
+                        help="For hub ids (ORG/NAME) in the local Hugging Face cache: the revision, a branch or tag "
+                             "name or a commit hash [main; ORG/NAME@REV sets one model's own]. Nothing is "
+                             "downloaded.")(f)
+
+
+def resolve_models(paths, revision=None) -> list[str]:
+    """Each model argument as a directory: itself, or its hub id's cached snapshot (glmc/models/hub.py)."""
+    from glmc.api.functions import resolve_model_path
+
+    return [str(resolve_model_path(p, revision)) for p in paths]
+
+
 def load_models(paths, device, compute_dtype="float32"):
     """The models in `paths`, checked (glmc/models/checkpoint.py: files, weights, and that they can be combined), on
     `device`, their weights upcast to `compute_dtype` in place (each remembers the dtype it was stored in, which is
@@ -129,9 +167,7 @@ def precision_options(write: bool = True):
 
     def decorate(f):
         if write:
-            f = click.option("--max-shard-size", default=None,
-                             help="Write Hugging Face weights above this size (e.g. 500MB, 2GB) as shards with an "
-                                  "index [5GB].")(f)
+            f = max_shard_size_option(f)
             f = click.option("--dtype", "out_dtype", default="auto", show_default=True,
                              type=click.Choice(["auto", *WRITE_DTYPES]),
                              help="dtype of the written weights [auto: each aligned model its input's, a merge "
@@ -142,6 +178,27 @@ def precision_options(write: bool = True):
                                  "are upcast; the function check runs in it, before any rounding).")(f)
 
     return decorate
+
+
+SIZE_UNITS = {"": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _shard_size(ctx, param, value):
+    """--max-shard-size in bytes, from an integer and an optional unit (KB, MB, GB, KiB, MiB, GiB)."""
+    import re
+
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)\s*([KMG]I?B)?", value.strip().upper())
+    if not m or int(m.group(1)) == 0:
+        raise click.BadParameter(f"{value!r} is not a size; give a whole number of bytes or e.g. 500MB, 2GB, 1GiB")
+    return int(m.group(1)) * SIZE_UNITS[m.group(2) or ""]
+
+
+def max_shard_size_option(f):
+    return click.option("--max-shard-size", default=None, callback=_shard_size,
+                        help="Write Hugging Face weights above this size (e.g. 500MB, 2GB) as shards "
+                             "model-0000k-of-0000n.safetensors with an index [5GB].")(f)
 
 
 def rounding_line(report: dict) -> str | None:

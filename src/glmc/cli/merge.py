@@ -4,6 +4,7 @@ import click
 
 from glmc import distributed
 from glmc.cli.common import (
+    MODEL,
     check_out_path,
     data_options,
     load_eval_data,
@@ -11,6 +12,8 @@ from glmc.cli.common import (
     mode_option,
     pick_device,
     precision_options,
+    resolve_models,
+    revision_option,
     rounding_line,
 )
 
@@ -18,7 +21,7 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("merge")
-@click.argument("models", nargs=-1, type=click.Path(exists=True, file_okay=False))
+@click.argument("models", nargs=-1, type=MODEL)
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A YAML recipe (models, method, weights, mode, options, data, evaluation, output); see "
                    "`glmc merge --help` and the README. The command line then only takes --out, --overwrite, "
@@ -44,10 +47,11 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Skip evaluating the merged and input models (weight merges then need no data at all).")
 @mode_option
 @precision_options()
+@revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(models, config, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
-            overwrite, no_eval, progress, compute_dtype, out_dtype, max_shard_size, **data_kw):
+            overwrite, no_eval, progress, compute_dtype, out_dtype, max_shard_size, revision, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest.
     With --config, the models and every setting come from a YAML recipe instead."""
@@ -67,6 +71,7 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
                        null_space=null_space)
     if len(models) < 2:
         raise click.UsageError("give at least two models")
+    models = resolve_models(models, revision)
     check_out_path(out_dir, "--out", overwrite, directory=True, inputs=models)
     loaded = load_models(models, device, compute_dtype)
     # a weight merge without evaluation needs no data; learned refinement trains on it either way
