@@ -167,6 +167,12 @@ def _release_formats(root: Path, m: dict) -> None:
     m["pt_only"].mkdir()
     shutil.copy(m["a"] / "config.json", m["pt_only"])
     torch.save(model.state_dict(), m["pt_only"] / "model.pt")
+    m["tok_other"] = _variant(root, "tok_other", m["b"])  # same vocabulary size, two tokens' ids swapped
+    tok = json.loads((m["tok_other"] / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    first, second = sorted(vocab)[1:3]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (m["tok_other"] / "tokenizer.json").write_text(json.dumps(tok))
     m["hub"] = make_cache(root / "hub", "someone/tiny", {"main": m["a"]})
     m["snap"] = next((m["hub"] / "models--someone--tiny" / "snapshots").iterdir())
     m["blobs"] = m["hub"] / "models--someone--tiny" / "blobs"
@@ -250,6 +256,10 @@ ROWS = [
     ("task-mismatch", ["align", "{a}", "{va}", "--out", "{out}"], ERROR,
      "cannot combine a gpt2 model"),
     ("task-mismatch-barrier", ["barrier", "{va}", "{a}"], ERROR, "cannot combine a hf-vit model"),
+    ("tokenizer-mismatch", ["barrier", "{a}", "{tok_other}"], ERROR, "models differ in tokenizer"),
+    ("tokenizer-mismatch-merge", ["merge", *A_B, "{tok_other}", "--out", "{out}"], ERROR, "models differ in tokenizer"),
+    ("inspect-missing", ["inspect", "{a}", "{root}/nope"], USAGE, "does not exist"),
+    ("inspect-truncated", ["inspect", "{truncated}"], ERROR, "is truncated or corrupt"),
     # --- data --------------------------------------------------------------------------------------------
     ("no-glmc-json-needs-data", ["align", "{no_record}", "{a}", "--method", "activation", "--out", "{out}"],
      ERROR, "has no glmc.json; give the data explicitly"),

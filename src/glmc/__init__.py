@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "save_model", "convert",
+__all__ = ["load_model", "save_model", "convert", "inspect",
            "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
            "Simplex", "Merge", "Transform", "Verification", "__version__"]
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         barrier,
         convert,
         evaluate,
+        inspect,
         load_model,
         merge,
         save_model,

@@ -6,6 +6,7 @@ from glmc.api.functions import (
     barrier,
     convert,
     evaluate,
+    inspect,
     load_model,
     merge,
     save_model,
@@ -14,6 +15,6 @@ from glmc.api.functions import (
 from glmc.api.results import Alignment, Curve, Merge, Simplex
 from glmc.api.transform import Transform
 
-__all__ = ["load_model", "save_model", "convert",
+__all__ = ["load_model", "save_model", "convert", "inspect",
            "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
            "Simplex", "Merge", "Transform", "Verification"]

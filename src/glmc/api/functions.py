@@ -195,6 +195,7 @@ def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype=
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
+    _check([model_a, model_b])
     model_a, model_b = in_dtype(model_a, compute), in_dtype(model_b, compute)
     func = _method_function(method)
     if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
@@ -216,6 +217,45 @@ def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype=
     al.report["dtypes"] = {"compute": _name(compute), "inputs": [_name(stored_dtype(m)) for m in (model_a, model_b)],
                            "written": result.dtype}
     return result
+
+
+def _check(models) -> None:
+    """`glmc inspect`'s compatibility check (glmc/models/inspect.py): IncompatibleModels with its first reason."""
+    from glmc.models.inspect import check_models
+
+    check_models(models, [source_of(m) or f"model {i + 1}" for i, m in enumerate(models)])
+
+
+def inspect(*models, revision=None, cache_dir=None) -> dict:
+    """What each model is, and whether they can be aligned, without doing any work (`glmc inspect`).
+
+    Args:
+        *models: model directories, hub ids in the local cache (see `load_model`), or models glmc loaded.
+        revision, cache_dir: for hub ids (see `load_model`).
+
+    Returns:
+        {"models": [per model: path, family, class, task, sizes (layers, d_model, heads, d_head, mlp, vocabulary /
+        outputs, positions, …), parameters, dtype (as stored), tied_head, weights (format, files, sharded), tokenizer
+        (sha256 fingerprint of what decides the token ids, or None), groups (role -> kind, size, batch,
+        per_layer), refused (role -> why glmc does not use that group for this model)], "compatible": bool (two or
+        more models), "reason": None or the first reason's code (family, depth, vocabulary, positions, patch,
+        classes, heads, width, groups, tokenizer), "message": its one-line explanation}.
+    """
+    from glmc.models.inspect import describe, incompatibility
+
+    loaded, paths = [], []
+    for m in models:
+        if isinstance(m, (str, Path)):
+            path = resolve_model_path(m, revision, cache_dir)
+            m = load_model(path)
+        loaded.append(m)
+        paths.append(source_of(m))
+    out: dict = {"schema": "glmc.inspect/1",
+                 "models": [describe(m, p, stored_dtype(m)) for m, p in zip(loaded, paths)]}
+    if len(loaded) > 1:
+        found = incompatibility(loaded, [str(p) if p else f"model {i + 1}" for i, p in enumerate(paths)])
+        out.update({"compatible": found is None, "reason": found and found[0], "message": found and found[1]})
+    return out
 
 
 def _name(dtype) -> str:
@@ -394,6 +434,7 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
     if len(models) < 2:
         raise TypeError("merge needs at least two models")
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
+    _check(models)
     models = [in_dtype(m, compute) for m in models]
     if mode not in ("native", "circuit"):
         raise BadOption(f"unknown mode {mode!r}; choose native or circuit")

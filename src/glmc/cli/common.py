@@ -150,11 +150,11 @@ def load_models(paths, device, compute_dtype="float32"):
     prints as one line."""
     from glmc.api import load_model
     from glmc.api.sources import COMPUTE_DTYPES, remember_dtype, torch_dtype, weights_dtype
-    from glmc.models.checkpoint import check_group
+    from glmc.models.inspect import check_models
 
     out = [load_model(p) for p in paths]
     if len(out) > 1:
-        check_group(out, [str(p) for p in paths])
+        check_models(out, [str(p) for p in paths])  # what `glmc inspect` reports, first reason only
     compute = torch_dtype(compute_dtype, "--compute-dtype", COMPUTE_DTYPES)
     for m in out:
         remember_dtype(m, weights_dtype(m))
