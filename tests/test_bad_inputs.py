@@ -174,6 +174,13 @@ def _release_formats(root: Path, m: dict) -> None:
     vocab[first], vocab[second] = vocab[second], vocab[first]
     (m["tok_other"] / "tokenizer.json").write_text(json.dumps(tok))
     m["hub"] = make_cache(root / "hub", "someone/tiny", {"main": m["a"]})
+    (root / "docs.jsonl").write_text('{"body": "To be, or not to be"}\n{"text": "that is the question"}\n')
+    (root / "broken.jsonl").write_text('{"text": "a line"}\nnot json\n')
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a", "b"]}), root / "docs.parquet")
+    (root / "empty-folder").mkdir()
     m["snap"] = next((m["hub"] / "models--someone--tiny" / "snapshots").iterdir())
     m["blobs"] = m["hub"] / "models--someone--tiny" / "blobs"
 
@@ -266,6 +273,25 @@ ROWS = [
     ("unknown-data-source", ["barrier", *A_B, "--data", "nosuch"], ERROR, "unknown data source 'nosuch'"),
     ("text-data-for-vit", ["barrier", "{va}", "{vb}", "--data", "shakespeare"], ERROR,
      "is a hf-vit model for images (a classifier), but the data 'shakespeare' is text"),
+    ("jsonl-missing-field", ["barrier", *A_B, "--data", "jsonl:{root}/docs.jsonl:body"], ERROR,
+     "docs.jsonl line 2 has no field 'body' (fields: text)"),
+    ("jsonl-not-json", ["barrier", *A_B, "--data", "jsonl:{root}/broken.jsonl"], ERROR,
+     "broken.jsonl line 2 is not JSON"),
+    ("jsonl-missing-file", ["barrier", *A_B, "--data", "jsonl:{root}/nope.jsonl"], ERROR, "data file not found"),
+    ("parquet-missing-column", ["merge", *A_B, "--out", "{out}", "--data", "parquet:{root}/docs.parquet:body"], ERROR,
+     "docs.parquet has no column 'body' (columns: text)"),
+    ("parquet-folder-without-splits", ["barrier", *A_B, "--data", "parquet:{root}/empty-folder"], ERROR,
+     "holds no .parquet file named train, validation or test"),
+    ("hf-disk-not-saved", ["barrier", *A_B, "--data", "hf-disk:{root}/empty-folder"], ERROR,
+     "is not a folder written by save_to_disk"),
+    ("hf-dataset-not-cached", ["barrier", *A_B, "--data", "hf:someone/absent-data"], ERROR,
+     "data set someone/absent-data is not in the local datasets cache"),
+    ("image-table-without-label", ["barrier", "{va}", "{vb}", "--data", "parquet:{root}/docs.parquet:image=text"],
+     ERROR, "an image set needs its label column too"),
+    ("image-table-bad-column-spec", ["barrier", "{va}", "{vb}", "--data", "parquet:{root}/docs.parquet:pixels=x"],
+     ERROR, "column names are image=COL,label=COL"),
+    ("text-table-for-vit", ["barrier", "{va}", "{vb}", "--data", "jsonl:{root}/docs.jsonl"], ERROR,
+     "but the data 'jsonl:"),
     ("tokenizer-larger-than-vocab", ["barrier", "{small_vocab}", "{small_vocab}"], ERROR,
      "has 85 tokens but"),
     # --- option values -----------------------------------------------------------------------------------

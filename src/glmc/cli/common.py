@@ -229,8 +229,12 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
         if data is None:
             ds = glmc.data.load_for_model(model_dir)
         else:
-            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if glmc.data.task_of(data) == "lm"
-                                                                 else None))
+            from glmc.models.checkpoint import data_options_for
+
+            lm = glmc.data.task_of(data) == "lm"
+            fitted = data_options_for(model, data) if model is not None and lm else {}
+            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if lm else None),
+                                use_preprocessor=None if lm else model_dir, **fitted)
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if model is not None:

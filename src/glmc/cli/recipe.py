@@ -11,7 +11,8 @@
       lr: 0.01
       concentration: 1.0
       null_space: fixed
-    data: shakespeare                       # optional: data override (default: model 1's glmc.json)
+    data: shakespeare                       # optional: data override (default: model 1's glmc.json); any --data
+                                            # spec, e.g. jsonl:texts.jsonl:body (paths from the recipe's folder)
     evaluation: {split: test, batch_size: 32, max_batches: 20}   # optional
     output: runs/merged                     # where to write (--out overrides)
 
@@ -74,7 +75,19 @@ def read_recipe(path) -> dict:
             raise BadOption(f"{path}: {key!r} must be a string")
     if recipe.get("output") is not None and not Path(recipe["output"]).is_absolute():
         recipe["output"] = str(base / recipe["output"])
+    if recipe.get("data") is not None:
+        recipe["data"] = _data_from(base, recipe["data"])
     return recipe
+
+
+def _data_from(base: Path, data: str) -> str:
+    """A table data source whose relative path is relative to the recipe's folder, like its models."""
+    from glmc.data import tables
+
+    kind, _, rest = data.partition(":")
+    if kind in tables.KINDS and kind != "hf" and rest and not Path(rest.split(":")[0]).expanduser().is_absolute():
+        return tables.absolute(data, base)
+    return data
 
 
 def _choice(path, key, value) -> None:

@@ -219,9 +219,26 @@ def check_data_fits(ds, model, path) -> None:
     if task == "lm" and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
         raise IncompatibleModels(f"the tokenizer of {source!r} has {ds.vocab_size} tokens but {path} has a vocabulary "
                                  f"of {sizes['embed'][0]}: use the model's own tokenizer (--tokenizer {path})")
+    if task == "lm" and "pos_embed" in sizes and ds.spec.get("context", 0) > sizes["pos_embed"][0]:
+        raise IncompatibleModels(f"the data's context is {ds.spec['context']} tokens but {path} has "
+                                 f"{sizes['pos_embed'][0]} positions: give a spec with a shorter context")
     if task == "cls" and "head.w" in sizes and ds.num_classes != sizes["head.w"][0]:
         raise IncompatibleModels(f"{source!r} has {ds.num_classes} classes but {path} outputs "
                                  f"{sizes['head.w'][0]}: give the data it was trained on (--data)")
+
+
+def data_options_for(model, data) -> dict:
+    """Spec options a model decides for a data spec that does not set them: a context no longer than a learned
+    position table (text specs default to 128 tokens)."""
+    from glmc.adapters import adapter_for
+
+    if isinstance(data, dict) and "context" in data:
+        return {}
+    positions = _fixed_sizes(adapter_for(model), model).get("pos_embed")
+    adapter = adapter_for(model)
+    if adapter.arch(model).task != "lm" or positions is None or positions[0] >= 128:
+        return {}
+    return {"context": int(positions[0])}
 
 
 def check_data_task(data_task: str, source: str, model, path) -> None:
