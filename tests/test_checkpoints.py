@@ -267,3 +267,34 @@ def test_hub_ids_and_revisions_resolve_in_the_local_cache(f32, tmp_path, monkeyp
     with pytest.raises(ValueError, match="revision 'step2' of someone/tiny is not in the local Hugging Face cache .*"
                                          "cached: main, step1.*hf download someone/tiny --revision step2"):
         glmc.load_model("someone/tiny", revision="step2")
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+def test_a_trained_pair_in_every_format_gives_the_float32_barriers(gpt2_pair, tmp_path, monkeypatch):
+    """The issue's acceptance check on a pair glmc trained: bfloat16, float16, sharded, pytorch_model.bin and two
+    cache revisions give the float32 single files' barriers (the half precisions within their rounding), verify
+    passes, and the written models load with from_pretrained in the input's dtype."""
+    from transformers import GPT2LMHeadModel
+
+    a, b = gpt2_pair
+    cache = make_cache(tmp_path / "hub", "glmc-test/pair", {"step150": a, "main": b})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    formats = {
+        "bf16": ([_resave(p, tmp_path / f"bf16-{p.name}", torch.bfloat16) for p in (a, b)], 0.02, torch.bfloat16),
+        "fp16": ([_resave(p, tmp_path / f"fp16-{p.name}", torch.float16) for p in (a, b)], 0.005, torch.float16),
+        "sharded": ([_resave(p, tmp_path / f"sh-{p.name}", max_shard_size="100KB") for p in (a, b)], 0.0,
+                    torch.float32),
+        "bin": ([_bin(p, tmp_path / f"bin-{p.name}") for p in (a, b)], 0.0, torch.float32),
+        "cache": (["glmc-test/pair@step150", "glmc-test/pair"], 0.0, torch.float32),
+    }
+    reference = _barriers(a, b, tmp_path, "f32")
+    assert reference["weight"] < reference["none"]
+    for name, (pair, tol, dtype) in formats.items():
+        got = _barriers(*pair, tmp_path, name)
+        assert all(abs(got[k] - reference[k]) <= tol for k in reference), (name, got, reference)
+        assert "all " in run_cli("verify", pair[0])
+        run_cli("align", *pair, "--out", tmp_path / f"al-{name}", "--no-progress")
+        assert next(GPT2LMHeadModel.from_pretrained(tmp_path / f"al-{name}").parameters()).dtype == dtype
+        run_cli("merge", *pair, "--out", tmp_path / f"m-{name}", "--no-eval", "--no-progress")
+        assert next(GPT2LMHeadModel.from_pretrained(tmp_path / f"m-{name}").parameters()).dtype == dtype
