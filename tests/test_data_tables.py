@@ -86,6 +86,9 @@ def test_text_tables_through_the_cli_and_the_api(lm_pair, tables, tmp_path, sour
     a, b = glmc.load_model(lm_pair[0]), glmc.load_model(lm_pair[1])
     curve = glmc.barrier(a, b, data=spec, max_batches=2, batch_size=4, progress=False)
     assert curve.loss == result["results"]["none"]["loss"]
+    if rule == "own":
+        run_cli("align", *lm_pair, "--out", tmp_path / "al", "--data", spec, "--iterations", 1, "--no-progress")
+        assert json.loads((tmp_path / "al" / "align.json").read_text())["data"]["split_rule"] == "own"
 
 
 def build_datasets_cache(cache: Path, name: str, files: dict) -> Path:

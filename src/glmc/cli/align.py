@@ -126,6 +126,8 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
                **options)
     seconds = time.perf_counter() - t0
     al.report["seconds"] = seconds
+    if ds is not None and isinstance(getattr(ds, "spec", None), dict):
+        al.report["data"] = ds.spec  # with its split rule, like every result
     if distributed.is_main():  # every process holds the same result; the main one writes it
         al.save(out_dir, overwrite=True, mode=mode, max_shard_size=max_shard_size)
     target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
