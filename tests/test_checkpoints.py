@@ -257,6 +257,11 @@ def test_hub_ids_and_revisions_resolve_in_the_local_cache(f32, tmp_path, monkeyp
     run_cli("align", "someone/tiny@step1", "someone/tiny", "--out", tmp_path / "al", "--iterations", 1,
             "--no-progress")
     assert json.loads((tmp_path / "al" / "align.json").read_text())["model_a"] == str(snap)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("models: [someone/tiny@step1, someone/tiny]\noptions: {rounds: 1, iterations: 1}\n"
+                      "evaluation: {max_batches: 1, batch_size: 4}\noutput: merged\n")
+    run_cli("merge", "--config", recipe, "--no-progress")
+    assert json.loads((tmp_path / "merged" / "merge.json").read_text())["models"][0] == str(snap)
     a = glmc.load_model("someone/tiny", revision="step1")
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # HF_HOME/hub

@@ -174,3 +174,16 @@ def test_the_api_refuses_to_save_over_an_input(pair):
     with pytest.raises(ValueError, match="lies inside the input"):
         glmc.save_model(a, a_dir / "copy", overwrite=True)
     assert _tree(b_dir) == before and not (a_dir / "copy").exists()
+
+
+def test_a_refused_output_leaves_no_folder_made_for_it(pair, tmp_path):
+    a, _ = pair
+    deep = tmp_path / "new" / "deeper" / "out"
+    proc = subprocess.run([str(GLMC), "align", a, tmp_path / "absent-model-dir", "--out", deep], capture_output=True,
+                          text=True, env=ENV, timeout=120)
+    assert proc.returncode == 2 and not (tmp_path / "new").exists()
+    tiny_gpt2(n_layer=2, n_embd=16, n_head=2, vocab=40).save_pretrained(tmp_path / "deep")
+    proc = subprocess.run([str(GLMC), "align", a, tmp_path / "deep", "--out", deep], capture_output=True, text=True,
+                          env=ENV, timeout=120)  # refused after the output's lock was taken
+    assert proc.returncode == 1 and "models differ in depth" in proc.stderr
+    assert not (tmp_path / "new").exists()

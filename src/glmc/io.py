@@ -67,7 +67,7 @@ def lock_output(path):
         finally:
             _HELD[key] -= 1
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_parents(path.parent)
     lock = _lock_file(path)
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -96,6 +96,20 @@ def lock_output(path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
         os.close(fd)  # releases the flock
+        for d in created:  # folders made for an output that was never written go again
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """mkdir -p `directory`; the folders it created, deepest first."""
+    missing = []
+    d = directory
+    while not d.exists() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return missing
 
 
 def recover(path) -> None:

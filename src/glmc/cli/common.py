@@ -137,10 +137,18 @@ def revision_option(f):
 
 
 def resolve_models(paths, revision=None) -> list[str]:
-    """Each model argument as a directory: itself, or its hub id's cached snapshot (glmc/models/hub.py)."""
-    from glmc.api.functions import resolve_model_path
+    """Each model argument as a directory: itself, or its hub id's cached snapshot (glmc/models/hub.py); `revision`
+    applies to the hub ids (a --revision with directories only is refused, since it would be ignored)."""
+    from pathlib import Path
 
-    return [str(resolve_model_path(p, revision)) for p in paths]
+    from glmc.api.functions import resolve_model_path
+    from glmc.errors import BadOption
+
+    local = [Path(p).expanduser().exists() for p in paths]
+    if revision is not None and all(local):
+        raise BadOption(f"--revision applies to hub ids; {paths[0]} is a directory (give ORG/NAME, or the directory "
+                        "of the revision you want)")
+    return [str(resolve_model_path(p, None if here else revision)) for p, here in zip(paths, local)]
 
 
 def load_models(paths, device, compute_dtype="float32"):

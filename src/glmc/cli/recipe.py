@@ -1,6 +1,7 @@
 """`glmc merge --config recipe.yaml`: a merge described as data (in the spirit of mergekit's YAML recipes).
 
-    models: [runs/g0, runs/g1, runs/g2]     # 2+ model directories (relative paths: from the recipe's folder)
+    models: [runs/g0, runs/g1, runs/g2]     # 2+ model directories (relative paths: from the recipe's folder) or
+                                            # hub ids in the local cache (ORG/NAME[@REVISION])
     method: learned                         # weight | learned
     weights: [0.5, 0.25, 0.25]              # optional, one per model, summing to 1 (default uniform)
     mode: native                            # native | circuit
@@ -51,11 +52,16 @@ def read_recipe(path) -> dict:
     models = recipe.get("models")
     if not isinstance(models, list) or len(models) < 2 or not all(isinstance(m, str) for m in models):
         raise BadOption(f"{path}: 'models' must be a list of at least two model directories")
+    from glmc.models.hub import looks_like_hub_id
+
     base = path.parent
-    recipe["models"] = [str(p if Path(p).is_absolute() else base / p) for p in models]
-    for m in recipe["models"]:
-        if not Path(m).is_dir():
+    resolved = []
+    for p in models:
+        m = Path(p).expanduser() if Path(p).expanduser().is_absolute() else base / p
+        if not m.is_dir() and not (not Path(p).is_absolute() and looks_like_hub_id(p)):
             raise BadOption(f"{path}: model {m} is not a directory")
+        resolved.append(str(m) if m.is_dir() else p)  # else a hub id, looked up in the local cache
+    recipe["models"] = resolved
     recipe.setdefault("method", "weight")
     recipe.setdefault("mode", "native")
     for key in ("method", "mode"):
