@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -146,14 +145,15 @@ def _read_parquet(path: Path, columns, source) -> dict:
 
 
 def _load_cached(t: dict):
-    """load_dataset in offline mode, from the local cache only."""
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    """load_dataset in offline mode, from the local cache only (the offline switches are restored afterwards)."""
     import datasets
     import huggingface_hub.constants
 
-    datasets.config.HF_DATASETS_OFFLINE = True
-    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    switches = [(datasets.config, "HF_HUB_OFFLINE"), (datasets.config, "HF_DATASETS_OFFLINE"),
+                (huggingface_hub.constants, "HF_HUB_OFFLINE")]
+    before = [getattr(module, name) for module, name in switches]
+    for module, name in switches:
+        setattr(module, name, True)
     datasets.utils.logging.set_verbosity_error()
     datasets.disable_progress_bars()
     try:
@@ -166,6 +166,9 @@ def _load_cached(t: dict):
         raise DataUnavailable(f"data set {what} is not in the local datasets cache ({where}): {first}; glmc never "
                               "downloads: load it once with datasets.load_dataset while online, or give it as "
                               "jsonl:, parquet: or hf-disk:") from None
+    finally:
+        for (module, name), value in zip(switches, before):
+            setattr(module, name, value)
 
 
 def _from_datasets(ds, columns, source) -> dict:
