@@ -1,17 +1,7 @@
 """glmc's Python API (re-exported as `glmc.align`, `glmc.barrier`, …; see glmc/__init__.py)."""
 
-from glmc.api.functions import (
-    Verification,
-    align,
-    barrier,
-    convert,
-    evaluate,
-    inspect,
-    load_model,
-    merge,
-    save_model,
-    verify,
-)
+from glmc.api.checkpoints import convert, inspect
+from glmc.api.functions import Verification, align, barrier, evaluate, load_model, merge, save_model, verify
 from glmc.api.results import Alignment, Curve, Merge, Simplex
 from glmc.api.transform import Transform
 
