@@ -86,6 +86,7 @@ def test_half_precision_pair_aligns_in_float32_and_is_written_in_its_own_dtype(f
     assert "rounding the weights changes the logits" in out
     written = GPT2LMHeadModel.from_pretrained(tmp_path / "al")
     assert all(p.dtype == dtype for p in written.parameters())
+    assert glmc.inspect(tmp_path / "al")["models"][0]["dtype"] == str(dtype).removeprefix("torch.")
     assert _barriers(*half, tmp_path, "half") == _barriers(*exact, tmp_path, "exact")  # upcasting is exact
     original = _barriers(*f32, tmp_path, "f32")
     assert all(abs(v - original[k]) < 0.05 for k, v in _barriers(*half, tmp_path, "half2").items())
@@ -136,6 +137,9 @@ def test_sharded_checkpoints_read_and_write(f32, tmp_path):
 
     sharded = [_resave(p, tmp_path / f"sh-{p.name}", max_shard_size="20KB") for p in f32]
     assert len(_shards(sharded[0])) > 2 and (sharded[0] / "model.safetensors.index.json").is_file()
+    report = json.loads(run_cli("inspect", *sharded, "--json"))
+    assert report["models"][0]["weights"] == {"format": "safetensors", "files": len(_shards(sharded[0])),
+                                              "sharded": True} and report["compatible"] is True
     assert _barriers(*sharded, tmp_path, "sharded") == _barriers(*f32, tmp_path, "single")
     run_cli("align", *sharded, "--out", tmp_path / "al", "--iterations", 1, "--max-shard-size", "30KB", "--no-progress")
     assert len(_shards(tmp_path / "al")) > 1 and not (tmp_path / "al" / "model.safetensors").exists()
@@ -225,6 +229,8 @@ def test_pytorch_model_bin_is_read_with_weights_only_and_converted(f32, tmp_path
 
     bins = [_bin(p, tmp_path / f"bin-{p.name}", shards) for p in f32]
     assert _barriers(*bins, tmp_path, "bin") == _barriers(*f32, tmp_path, "st")
+    assert glmc.inspect(bins[0])["models"][0]["weights"] == {"format": "pickle", "files": shards,
+                                                            "sharded": shards > 1}
     note = [x for x in run_cli("verify", bins[0]).splitlines() if x.startswith("note:")]
     assert len(note) == 1 and "read pickle-based weights" in note[0] and "torch.load(weights_only=True)" in note[0]
     out = run_cli("convert", bins[0], tmp_path / "conv")
