@@ -155,6 +155,8 @@ def _release_formats(root: Path, m: dict) -> None:
     model.save_pretrained(root / "shard_missing", max_shard_size="20KB")
     sorted((root / "shard_missing").glob("model-*.safetensors"))[1].unlink()
     m["shard_missing"] = root / "shard_missing"
+    m["no_index"] = _variant(root, "no_index", m["shard_missing"])
+    (m["no_index"] / "model.safetensors.index.json").unlink()
     for name, state in (("evil", {"w": torch.zeros(2), "x": _Code()}), ("bin_truncated", model.state_dict()),
                         ("bin_list", [torch.zeros(2)])):
         m[name] = root / name
@@ -226,6 +228,7 @@ ROWS = [
     ("pickle-holds-a-list", ["verify", "{bin_list}"], ERROR, "does not hold a state dict (name -> tensor) but a list"),
     ("other-pickle-only", ["verify", "{pt_only}"], ERROR, "(model.pt) and no pytorch_model.bin: glmc reads no other"),
     ("shard-missing", ["verify", "{shard_missing}"], ERROR, "names shard model-00002-of-"),
+    ("shards-without-index", ["verify", "{no_index}"], ERROR, "but no model.safetensors.index.json"),
     ("convert-refused-pickle", ["convert", "{evil}", "{out}"], ERROR, "refuses it (Trying to load unsupported"),
     ("convert-out-is-input", ["convert", "{a}", "{a}", "--overwrite"], USAGE, "is the input"),
     ("hub-id-not-cached", ["verify", "someone/absent"], ERROR,

@@ -31,6 +31,7 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 BIN_SINGLE = "pytorch_model.bin"
 # regex on a stored name -> its replacement; transformers 5 applies these on load to every model (LayerNorm modules
 # of BERT-era checkpoints were saved with TensorFlow's gamma/beta names)
+SHARD = re.compile(r"^model-\d+-of-\d+\.safetensors$")
 LEGACY_RENAMES = {r"LayerNorm\.gamma$": "LayerNorm.weight", r"LayerNorm\.beta$": "LayerNorm.bias"}
 TORCH_DTYPE_CODES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64", "int64": "I64",
                      "int32": "I32", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
@@ -38,21 +39,26 @@ CONVERT_HINT = "rewrite it as safetensors (glmc convert DIR OUT)"
 
 
 def weight_files(path) -> tuple[str | None, list[Path]]:
-    """("safetensors" | "pickle" | None, the weight files of the model directory `path`): a safetensors index's
-    shards, model.safetensors, every *.safetensors, a pickle index's shards or pytorch_model.bin, in that order
-    of preference. Raises BadCheckpoint when an index names a shard that is not there."""
+    """("safetensors" | "pickle" | None, the weight files of the model directory `path`), in transformers' order of
+    preference: model.safetensors, a safetensors index's shards, every other *.safetensors (a timm directory's),
+    pytorch_model.bin, a pickle index's shards. Raises BadCheckpoint when an index names a shard that is not
+    there, or shards have no index."""
     p = Path(path)
-    if (p / SAFE_INDEX).is_file():
-        return "safetensors", _indexed(p, SAFE_INDEX)
     if (p / SAFE_SINGLE).is_file():
         return "safetensors", [p / SAFE_SINGLE]
+    if (p / SAFE_INDEX).is_file():
+        return "safetensors", _indexed(p, SAFE_INDEX)
     loose = sorted(f for f in p.glob("*.safetensors") if f.is_file())
+    shards = [f.name for f in loose if SHARD.match(f.name)]
+    if shards:
+        raise BadCheckpoint(f"{p} has shards ({shards[0]}, …) but no {SAFE_INDEX} to say which tensor is where: "
+                            "the download is incomplete; download it again")
     if loose:
         return "safetensors", loose
-    if (p / BIN_INDEX).is_file():
-        return "pickle", _indexed(p, BIN_INDEX)
     if (p / BIN_SINGLE).is_file():
         return "pickle", [p / BIN_SINGLE]
+    if (p / BIN_INDEX).is_file():
+        return "pickle", _indexed(p, BIN_INDEX)
     return None, []
 
 

@@ -53,10 +53,11 @@ def tokenizer_fingerprint(directory) -> dict | None:
 
 def weights_layout(directory) -> dict:
     """{"format": "safetensors" | "pickle", "files": n, "sharded": bool} of a model directory's weight files."""
-    from glmc.adapters.files import BIN_INDEX, SAFE_INDEX, weight_files
+    from glmc.adapters.files import BIN_SINGLE, SAFE_SINGLE, weight_files
 
     kind, files = weight_files(directory)
-    sharded = (Path(directory) / (SAFE_INDEX if kind == "safetensors" else BIN_INDEX)).is_file()
+    sharded = kind is not None and [f.name for f in files] not in ([SAFE_SINGLE], [BIN_SINGLE]) and (
+        len(files) > 1 or "-of-" in files[0].name)
     return {"format": kind, "files": len(files), "sharded": sharded}
 
 
