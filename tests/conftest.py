@@ -1,4 +1,5 @@
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,24 @@ def vit_models(tmp_path_factory):
         run_cli("train", "vit", "--data", "digits", "--seed", seed, "--width", width, "--out", root / name, *TINY_VIT)
         out[name] = root / name
     return out
+
+
+def make_cache(root: Path, repo: str, revisions: dict) -> Path:
+    """huggingface_hub's cache layout for `repo`: blobs/<sha256>, snapshots/<commit>/<file> symlinks into blobs/,
+    refs/<name> holding the commit; one snapshot per revision name -> source directory. Returns the cache root."""
+    import hashlib
+    import os
+
+    folder = root / f"models--{repo.replace('/', '--')}"
+    (folder / "blobs").mkdir(parents=True, exist_ok=True)
+    for name, src in revisions.items():
+        commit = hashlib.sha1(name.encode()).hexdigest()
+        snap = folder / "snapshots" / commit
+        snap.mkdir(parents=True)
+        for f in sorted(Path(src).iterdir()):
+            blob = folder / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+            shutil.copyfile(f, blob)
+            (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+        (folder / "refs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "refs" / name).write_text(commit)
+    return root

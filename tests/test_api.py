@@ -225,5 +225,5 @@ def test_load_model_finds_a_hub_id_in_the_local_cache(tmp_path):
     (repo / "refs" / "main").write_text("0" * 40)
     m = glmc.load_model("someone/tiny-gpt2", cache_dir=tmp_path / "hub")
     assert max_logit_change(tiny_gpt2(seed=3), m) == 0.0
-    with pytest.raises(glmc.api.functions.BadCheckpoint, match="huggingface-cli download someone/other"):
+    with pytest.raises(glmc.api.functions.BadCheckpoint, match="hf download someone/other"):
         glmc.load_model("someone/other", cache_dir=tmp_path / "hub")

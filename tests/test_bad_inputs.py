@@ -134,7 +134,57 @@ def models(tmp_path_factory):
     m["inf"] = _variant(root, "inf", a, _set_entry("transformer.wte.weight", float("inf")))
     m["file"] = root / "a-regular-file"
     m["file"].write_text("not a directory\n")
+    _release_formats(root, m)
     return m
+
+
+class _Code:
+    """Pickles as a call to os.system: what torch.load(weights_only=True) must refuse without running it."""
+
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/glmc-was-unpickled",))
+
+
+def _release_formats(root: Path, m: dict) -> None:
+    """Shards, pickle-based weights and a Hugging Face cache, each broken in one way."""
+    from transformers import GPT2LMHeadModel
+
+    from conftest import make_cache
+
+    model = GPT2LMHeadModel.from_pretrained(m["a"])
+    model.save_pretrained(root / "shard_missing", max_shard_size="20KB")
+    sorted((root / "shard_missing").glob("model-*.safetensors"))[1].unlink()
+    m["shard_missing"] = root / "shard_missing"
+    m["no_index"] = _variant(root, "no_index", m["shard_missing"])
+    (m["no_index"] / "model.safetensors.index.json").unlink()
+    for name, state in (("evil", {"w": torch.zeros(2), "x": _Code()}), ("bin_truncated", model.state_dict()),
+                        ("bin_list", [torch.zeros(2)])):
+        m[name] = root / name
+        m[name].mkdir()
+        shutil.copy(m["a"] / "config.json", m[name])
+        torch.save(state, m[name] / "pytorch_model.bin")
+    data = (m["bin_truncated"] / "pytorch_model.bin").read_bytes()
+    (m["bin_truncated"] / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+    m["pt_only"] = root / "pt_only"
+    m["pt_only"].mkdir()
+    shutil.copy(m["a"] / "config.json", m["pt_only"])
+    torch.save(model.state_dict(), m["pt_only"] / "model.pt")
+    m["tok_other"] = _variant(root, "tok_other", m["b"])  # same vocabulary size, two tokens' ids swapped
+    tok = json.loads((m["tok_other"] / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    first, second = sorted(vocab)[1:3]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (m["tok_other"] / "tokenizer.json").write_text(json.dumps(tok))
+    m["hub"] = make_cache(root / "hub", "someone/tiny", {"main": m["a"]})
+    (root / "docs.jsonl").write_text('{"body": "To be, or not to be"}\n{"text": "that is the question"}\n')
+    (root / "broken.jsonl").write_text('{"text": "a line"}\nnot json\n')
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a", "b"]}), root / "docs.parquet")
+    (root / "empty-folder").mkdir()
+    m["snap"] = next((m["hub"] / "models--someone--tiny" / "snapshots").iterdir())
+    m["blobs"] = m["hub"] / "models--someone--tiny" / "blobs"
 
 
 def _snapshot(*roots) -> dict:
@@ -171,7 +221,25 @@ ROWS = [
     ("empty-dir", ["verify", "{empty}"], ERROR, "is empty: expected a model directory"),
     ("truncated-safetensors", ["verify", "{truncated}"], ERROR, "is truncated or corrupt"),
     ("garbage-safetensors", ["align", "{garbage}", "{b}", "--out", "{out}"], ERROR, "is truncated or corrupt"),
-    ("pickle-only", ["verify", "{pickle}"], ERROR, "pickle files are never loaded; convert to safetensors"),
+    ("pickle-not-a-state-dict", ["verify", "{pickle}"], ERROR,
+     "torch.load(weights_only=True), which rebuilds only tensors, refuses it (Unsupported operand"),
+    ("pickle-with-code", ["verify", "{evil}"], ERROR, "refuses it (Trying to load unsupported GLOBAL posix.system"),
+    ("pickle-truncated", ["align", "{bin_truncated}", "{b}", "--out", "{out}"], ERROR, "is truncated or corrupt"),
+    ("pickle-holds-a-list", ["verify", "{bin_list}"], ERROR, "does not hold a state dict (name -> tensor) but a list"),
+    ("other-pickle-only", ["verify", "{pt_only}"], ERROR, "(model.pt) and no pytorch_model.bin: glmc reads no other"),
+    ("shard-missing", ["verify", "{shard_missing}"], ERROR, "names shard model-00002-of-"),
+    ("shards-without-index", ["verify", "{no_index}"], ERROR, "but no model.safetensors.index.json"),
+    ("convert-refused-pickle", ["convert", "{evil}", "{out}"], ERROR, "refuses it (Trying to load unsupported"),
+    ("convert-out-is-input", ["convert", "{a}", "{a}", "--overwrite"], USAGE, "is the input"),
+    ("hub-id-not-cached", ["verify", "someone/absent"], ERROR,
+     "is neither a directory nor a model in the local Hugging Face cache"),
+    ("revision-not-cached", ["barrier", "someone/tiny", "{b}", "--revision", "step9"], ERROR,
+     "cached: main); download it first: hf download someone/tiny --revision step9"),
+    ("revision-for-a-directory", ["verify", "{a}", "--revision", "main"], ERROR, "--revision applies to hub ids"),
+    ("out-is-a-cached-snapshot", ["align", "{b}", "someone/tiny", "--out", "{snap}", "--overwrite"], USAGE,
+     "is the input"),
+    ("out-holds-the-cache-blobs", ["merge", "someone/tiny", "{b}", "--out", "{blobs}", "--overwrite"], USAGE,
+     "contains the input"),
     ("falcon-config", ["verify", "{falcon}"], ERROR, "model_type 'falcon'; glmc supports GPT-2"),
     ("config-without-model-type", ["barrier", "{no_type}", "{b}"], ERROR, "has no model_type; glmc supports"),
     ("config-invalid-json", ["verify", "{bad_config}"], ERROR, "config.json is not valid JSON"),
@@ -198,12 +266,35 @@ ROWS = [
     ("task-mismatch", ["align", "{a}", "{va}", "--out", "{out}"], ERROR,
      "cannot combine a gpt2 model"),
     ("task-mismatch-barrier", ["barrier", "{va}", "{a}"], ERROR, "cannot combine a hf-vit model"),
+    ("tokenizer-mismatch", ["barrier", "{a}", "{tok_other}"], ERROR, "models differ in tokenizer"),
+    ("tokenizer-mismatch-merge", ["merge", *A_B, "{tok_other}", "--out", "{out}"], ERROR, "models differ in tokenizer"),
+    ("inspect-missing", ["inspect", "{a}", "{root}/nope"], USAGE, "does not exist"),
+    ("inspect-truncated", ["inspect", "{truncated}"], ERROR, "is truncated or corrupt"),
     # --- data --------------------------------------------------------------------------------------------
     ("no-glmc-json-needs-data", ["align", "{no_record}", "{a}", "--method", "activation", "--out", "{out}"],
      ERROR, "has no glmc.json; give the data explicitly"),
     ("unknown-data-source", ["barrier", *A_B, "--data", "nosuch"], ERROR, "unknown data source 'nosuch'"),
     ("text-data-for-vit", ["barrier", "{va}", "{vb}", "--data", "shakespeare"], ERROR,
      "is a hf-vit model for images (a classifier), but the data 'shakespeare' is text"),
+    ("jsonl-missing-field", ["barrier", *A_B, "--data", "jsonl:{root}/docs.jsonl:body"], ERROR,
+     "docs.jsonl line 2 has no field 'body' (fields: text)"),
+    ("jsonl-not-json", ["barrier", *A_B, "--data", "jsonl:{root}/broken.jsonl"], ERROR,
+     "broken.jsonl line 2 is not JSON"),
+    ("jsonl-missing-file", ["barrier", *A_B, "--data", "jsonl:{root}/nope.jsonl"], ERROR, "data file not found"),
+    ("parquet-missing-column", ["merge", *A_B, "--out", "{out}", "--data", "parquet:{root}/docs.parquet:body"], ERROR,
+     "docs.parquet has no column 'body' (columns: text)"),
+    ("parquet-folder-without-splits", ["barrier", *A_B, "--data", "parquet:{root}/empty-folder"], ERROR,
+     "holds no .parquet file named train, validation or test"),
+    ("hf-disk-not-saved", ["barrier", *A_B, "--data", "hf-disk:{root}/empty-folder"], ERROR,
+     "is not a folder written by save_to_disk"),
+    ("hf-dataset-not-cached", ["barrier", *A_B, "--data", "hf:someone/absent-data"], ERROR,
+     "data set someone/absent-data is not in the local datasets cache"),
+    ("image-table-without-label", ["barrier", "{va}", "{vb}", "--data", "parquet:{root}/docs.parquet:image=text"],
+     ERROR, "an image set needs its label column too"),
+    ("image-table-bad-column-spec", ["barrier", "{va}", "{vb}", "--data", "parquet:{root}/docs.parquet:pixels=x"],
+     ERROR, "column names are image=COL,label=COL"),
+    ("text-table-for-vit", ["barrier", "{va}", "{vb}", "--data", "jsonl:{root}/docs.jsonl"], ERROR,
+     "but the data 'jsonl:"),
     ("tokenizer-larger-than-vocab", ["barrier", "{small_vocab}", "{small_vocab}"], ERROR,
      "has 85 tokens but"),
     # --- option values -----------------------------------------------------------------------------------
@@ -234,6 +325,11 @@ ROWS = [
     ("train-steps-0", ["train", "gpt2", "--steps", "0", "--out", "{out}"], USAGE, "'--steps': 0 is not in"),
     ("train-layers-0", ["train", "vit", "--layers", "0", "--out", "{out}"], USAGE, "'--layers': 0 is not in"),
     ("plot-format", ["barrier", *A_B, "--plot", "{out}.foo"], USAGE, "cannot draw a .foo figure"),
+    ("compute-dtype-bfloat16", ["align", *A_B, "--out", "{out}", "--compute-dtype", "bfloat16"], USAGE,
+     "'bfloat16' is not one of 'float32', 'float64'"),
+    ("write-dtype-int8", ["merge", *A_B, "--out", "{out}", "--dtype", "int8"], USAGE, "'int8' is not one of"),
+    ("max-shard-size-nonsense", ["align", *A_B, "--out", "{out}", "--max-shard-size", "lots"], USAGE,
+     "'lots' is not a size"),
     # --- outputs -----------------------------------------------------------------------------------------
     ("out-under-a-file", ["align", *A_B, "--out", "{file}/sub"], USAGE, "is a file, not a directory"),
     ("merge-out-under-a-file", ["merge", *A_B, "--out", "{file}/sub/dir"], USAGE, "is a file, not a directory"),
@@ -244,6 +340,11 @@ ROWS = [
     ("merge-out-exists", ["merge", *A_B, "--out", "{existing}"], USAGE, "exists (pass --overwrite"),
     ("out-is-a-file", ["align", *A_B, "--out", "{file}", "--overwrite"], USAGE, "a-file' is a file"),
     ("json-is-a-directory", ["barrier", *A_B, "--json", "{existing}"], USAGE, "existing' is a directory"),
+    ("out-is-input-b", ["align", *A_B, "--out", "{b}", "--overwrite"], USAGE, "is the input"),
+    ("out-is-a-link-to-input-b", ["align", *A_B, "--out", "{link}", "--overwrite"], USAGE, "is the input"),
+    ("out-inside-input-a", ["align", *A_B, "--out", "{a}/aligned", "--overwrite"], USAGE, "lies inside the input"),
+    ("merge-out-contains-inputs", ["merge", *A_B, "--out", "{root}", "--overwrite"], USAGE, "contains the input"),
+    ("json-inside-input", ["barrier", *A_B, "--json", "{a}/b.json"], USAGE, "lies inside the input"),
 ]
 
 
@@ -255,13 +356,16 @@ def _row(id_, args, code, phrase):
 @pytest.mark.parametrize("args,code,phrase", [_row(*r) for r in ROWS])
 def test_bad_input_is_one_line_and_touches_nothing(models, tmp_path, monkeypatch, args, code, phrase):
     monkeypatch.delenv("GLMC_DEBUG", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(models["hub"]))
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "keep.txt").write_text("an earlier result\n")
     file = tmp_path / "a-file"
     file.write_text("a regular file\n")
+    link = tmp_path / "link-to-b"
+    link.symlink_to(models["b"], target_is_directory=True)
     paths = {**{k: str(v) for k, v in models.items()}, "root": str(models["a"].parent), "out": str(tmp_path / "out"),
-             "existing": str(existing), "file": str(file)}
+             "existing": str(existing), "file": str(file), "link": str(link)}
     before = _snapshot(models["a"].parent, tmp_path)
     result = _invoke([a.format(**paths) for a in args])
     after = _snapshot(models["a"].parent, tmp_path)
@@ -272,6 +376,7 @@ def test_bad_input_is_one_line_and_touches_nothing(models, tmp_path, monkeypatch
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     assert phrase in lines[0], result.output
     assert before == after  # inputs byte-identical; nothing written or left half-written at --out / --json
+    assert not Path("/tmp/glmc-was-unpickled").exists()  # a refused pickle never ran its code
 
 
 # ------------------------------------------------------------------------------------------------ writes

@@ -50,7 +50,7 @@ def test_load_errors_name_the_problem(tmp_path):
         load_model(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
-    with pytest.raises(FileNotFoundError, match="pickle files are not loaded"):
+    with pytest.raises(ValueError, match=r"torch.load\(weights_only=True\), which rebuilds only tensors, refuses"):
         load_model(tmp_path)
 
 

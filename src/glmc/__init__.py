@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "save_model", "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
+__all__ = ["load_model", "save_model", "convert", "inspect",
+           "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
            "Simplex", "Merge", "Transform", "Verification", "__version__"]
 
 if TYPE_CHECKING:
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
         Verification,
         align,
         barrier,
+        convert,
         evaluate,
+        inspect,
         load_model,
         merge,
         save_model,

@@ -74,7 +74,7 @@ class FilePages:
             return
         for line in lines:
             fields = line.split()
-            if len(fields) >= 6 and fields[5].startswith("/") and fields[5].endswith(".safetensors"):
+            if len(fields) >= 6 and fields[5].startswith("/") and _is_weights(fields[5]):
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 self.ranges.append((start, end))
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -97,6 +97,21 @@ class FilePages:
                 if a < b and _libc().madvise(a, b - a, MADV_DONTNEED if _unmodified(a, b) else MADV_PAGEOUT) == 0:
                     advised += b - a
         return advised
+
+
+# real paths of weight files checked at load (a cache snapshot's files are symlinks to blobs named by hash)
+_WEIGHT_FILES: set[str] = set()
+
+
+def register_weight_files(files) -> None:
+    """Record the real paths of checkpoint weight files, so FilePages recognises their mappings by name."""
+    import os
+
+    _WEIGHT_FILES.update(os.path.realpath(f) for f in files)
+
+
+def _is_weights(mapped: str) -> bool:
+    return mapped.endswith((".safetensors", ".bin")) or mapped in _WEIGHT_FILES
 
 
 MADV_DONTNEED = 4

@@ -136,6 +136,9 @@ class Adapter:
     # of Shakespeare (vocabulary and context come from the data), and what to call them; empty: no demo
     demo_shape: dict = {}
     demo_label: str = ""
+    # stored tensor name (regex) -> the name the model class loads, for names transformers does not rename itself
+    # (its own legacy renames, glmc/adapters/files.py LEGACY_RENAMES, apply to every family)
+    renames: dict[str, str] = {}
 
     @staticmethod
     def matches(model) -> bool:

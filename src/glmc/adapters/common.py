@@ -4,6 +4,7 @@ checks for builders, and the ViT training presets and data sizes (HF and timm Vi
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from pathlib import Path
 
@@ -119,29 +120,47 @@ def hf_config(path) -> dict | None:
     return config
 
 
-def require_safetensors(p: Path):
-    if not any(p.glob("*.safetensors")):
-        pickled = [f.name for f in p.glob("*.bin")] + [f.name for f in p.glob("*.pt*")]
-        hint = f" (found {', '.join(pickled)}: pickle files are not loaded; convert to safetensors)" if pickled else ""
-        raise FileNotFoundError(f"no *.safetensors weights in {p}{hint}")
-
-
 def load_pretrained(model_class, path):
-    """`model_class.from_pretrained(path)` from local safetensors only (never a hub, never a pickle)."""
+    """`model_class.from_pretrained(path)` from local files only (never a hub), in the dtype the weights are stored
+    in: safetensors (single or sharded), or else pytorch_model.bin (single or sharded) read by
+    torch.load(weights_only=True) only (glmc/adapters/files.py). The directory's adapter's `renames` are applied
+    to stored names (from_pretrained's key_mapping)."""
+    from glmc.adapters.files import note_pickled, read_pickled, weight_files
+    from glmc.adapters.registry import adapter_for_dir
+
     p = Path(path)
-    require_safetensors(p)
+    kind, files = weight_files(p)
+    if kind is None:
+        pickled = [f.name for f in p.glob("*.pt*")] + [f.name for f in p.glob("*.ckpt")]
+        hint = f" (found {', '.join(pickled)}: glmc reads pytorch_model.bin only among pickle files)" if pickled else ""
+        raise FileNotFoundError(f"no *.safetensors or pytorch_model.bin weights in {p}{hint}")
     try:
         config = model_class.config_class.from_pretrained(str(p), local_files_only=True)
     except (ValueError, OSError) as e:
         raise ValueError(f"invalid config.json in {p}: {e}") from None
+    options = dict(config=config, local_files_only=True, dtype="auto")
+    renames = adapter_for_dir(p).renames
+    if renames:
+        options["key_mapping"] = dict(renames)
     with quiet_hf():
-        return model_class.from_pretrained(str(p), config=config, local_files_only=True, use_safetensors=True)
+        if kind == "safetensors":
+            return model_class.from_pretrained(str(p), use_safetensors=True, **options)
+        state = read_pickled(files)
+        note_pickled(p, files)
+        return model_class.from_pretrained(None, state_dict=state, **options)
+
+
+# glmc writes weights above this size as shards model-0000k-of-0000n.safetensors with model.safetensors.index.json
+# (transformers' own default is 50GB); write_model_files sets another for one write (glmc ... --max-shard-size)
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+MAX_SHARD_SIZE: contextvars.ContextVar = contextvars.ContextVar("max_shard_size", default=DEFAULT_MAX_SHARD_SIZE)
 
 
 def save_pretrained(model, directory) -> None:
-    """Exactly what `save_pretrained` writes (config.json + model.safetensors), so transformers loads it alone."""
+    """Exactly what `save_pretrained` writes (config.json + model.safetensors, or shards with their index above
+    MAX_SHARD_SIZE), so transformers loads it alone."""
     with quiet_hf():
-        model.save_pretrained(str(directory))
+        model.save_pretrained(str(directory), max_shard_size=MAX_SHARD_SIZE.get())
 
 
 def hf_expected_weights(path, class_name: str, label: str) -> dict | None:

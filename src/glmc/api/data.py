@@ -2,8 +2,10 @@
 
 - None: the data set recorded in the glmc.json beside the model (models loaded with `glmc.load_model` from a
   directory `glmc train` wrote), with its saved tokenizer;
-- a data spec: a string ("shakespeare", "text:PATH", "mnist", "fashion-mnist", "digits", …) or a spec dict
-  (glmc/data/spec.py); text is tokenized with the model's saved tokenizer when glmc loaded it;
+- a data spec: a string ("shakespeare", "text:PATH", "mnist", "fashion-mnist", "digits", "jsonl:PATH[:FIELD]",
+  "parquet:PATH[:FIELD]", "hf-disk:PATH[:FIELD]", "hf:NAME[:CONFIG][:SPLIT]", image tables with
+  "…:image=COL,label=COL", …) or a spec dict (glmc/data/spec.py); text is tokenized with the model's saved tokenizer
+  when glmc loaded it, image tables go through its preprocessor_config.json when it has one;
 - a glmc data set (what `glmc.data.load` returns);
 - a DataLoader or any iterable of batches, or a dict of them per split (glmc/data/iterable.py).
 """
@@ -36,13 +38,15 @@ def resolve_data(data, model, required: str | None = None):
     if hasattr(data, "batches") and hasattr(data, "task"):
         return data
     if isinstance(data, (str, dict)) and not is_batch_source(data):
-        from glmc.models.checkpoint import check_data_fits, check_data_task
+        from glmc.models.checkpoint import check_data_fits, check_data_task, data_options_for
 
         spec_task = glmc.data.parse_spec(data)["task"]
         where = str(source) if source is not None else "the model"
         check_data_task(spec_task, data if isinstance(data, str) else str(data.get("source")), model, where)
         use_tokenizer = source if spec_task == "lm" and source is not None and _has_tokenizer(source) else None
-        ds = glmc.data.load(data, use_tokenizer=use_tokenizer)
+        fitted = data_options_for(model, data) if spec_task == "lm" else {}
+        ds = glmc.data.load(data, use_tokenizer=use_tokenizer, use_preprocessor=source if spec_task == "cls" else None,
+                            **fitted)
         check_data_fits(ds, model, where)
         return ds
     if is_batch_source(data):

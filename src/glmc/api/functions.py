@@ -11,36 +11,51 @@ from pathlib import Path
 
 from glmc.api.data import evaluation_batches, resolve_data
 from glmc.api.results import Alignment, Curve, Merge, Simplex
-from glmc.api.sources import remember, source_of, write_like
+from glmc.api.sources import (
+    COMPUTE_DTYPES,
+    cast_copy,
+    in_dtype,
+    remember,
+    remember_dtype,
+    source_of,
+    stored_dtype,
+    torch_dtype,
+    weights_dtype,
+    write_like,
+)
 from glmc.api.transform import Transform
-from glmc.errors import BadCheckpoint, BadOption
+from glmc.errors import BadCheckpoint, BadOption  # noqa: F401  (BadCheckpoint: named by callers)
 
 SIMPLEX_METHODS = ("none", "weight", "learned")
 
 
-def load_model(path_or_id, device=None, cache_dir=None):
-    """Load a model glmc can align, in eval mode.
+def load_model(path_or_id, device=None, cache_dir=None, revision=None):
+    """Load a model glmc can align, in eval mode, in the dtype its weights are stored in.
 
     Args:
-        path_or_id: a model directory (Hugging Face `save_pretrained` output, a timm directory, or what `glmc
-            train` / `glmc align` wrote), or a Hugging Face hub id already in the local HF cache (glmc never
-            downloads).
+        path_or_id: a model directory (Hugging Face `save_pretrained` output — single or sharded safetensors, or
+            pytorch_model.bin read through torch.load(weights_only=True) —, a timm directory, or what `glmc train` /
+            `glmc align` wrote; a cache snapshot folder of symlinks works as a plain path), or a Hugging Face hub id
+            ("ORG/NAME", "ORG/NAME@REVISION") already in the local HF cache (glmc never downloads).
         device: where to put the model ("cpu", "cuda", "cuda:1", a torch.device); None leaves it on the CPU.
-        cache_dir: the Hugging Face cache to look hub ids up in (default: HF_HUB_CACHE, ~/.cache/huggingface/hub).
+        cache_dir: the Hugging Face cache to look hub ids up in (default: HF_HUB_CACHE, else HF_HOME/hub, else
+            ~/.cache/huggingface/hub).
+        revision: for a hub id, the cached revision: a branch or tag name (refs/NAME) or a commit hash (default:
+            main, or the id's own "@REVISION").
 
     Returns:
         The native model (a Hugging Face or timm module). glmc remembers its directory, so data specs use its saved
         tokenizer and saved results keep its tokenizer and training record.
 
     Raises:
-        BadCheckpoint: missing, truncated, pickle-only or otherwise unreadable files; a hub id not in the cache.
+        BadCheckpoint: missing, truncated, pickle-refused or otherwise unreadable files; a hub id or revision not in
+            the cache (the message names the `hf download` command that fetches it).
         UnsupportedModel: a model family or feature glmc cannot transform exactly.
     """
+    from glmc.api.checkpoints import resolve_model_path
     from glmc.models.checkpoint import load_checked
 
-    path = Path(path_or_id).expanduser()
-    if not path.exists():
-        path = _hub_snapshot(str(path_or_id), cache_dir)
+    path = resolve_model_path(path_or_id, revision, cache_dir)
     model, _ = load_checked(path)
     remember(model, path)
     if device is not None:
@@ -48,29 +63,24 @@ def load_model(path_or_id, device=None, cache_dir=None):
     return model
 
 
-def _hub_snapshot(repo_id: str, cache_dir=None) -> Path:
-    if repo_id.count("/") > 1 or repo_id.startswith((".", "/", "~")):
-        raise BadCheckpoint(f"{repo_id}: no such directory")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id, local_files_only=True, cache_dir=cache_dir))
-    except Exception:
-        raise BadCheckpoint(f"{repo_id} is neither a directory nor a model in the local Hugging Face cache; give a "
-                            f"model directory, or download it first (huggingface-cli download {repo_id})") from None
-
-
-def save_model(model, directory, overwrite: bool = False) -> Path:
+def save_model(model, directory, overwrite: bool = False, dtype=None, max_shard_size=None) -> Path:
     """Write `model` to `directory` atomically, in its family's own format (for Hugging Face models exactly
-    what `save_pretrained` writes), with the tokenizer and glmc.json of the directory it was loaded from."""
+    what `save_pretrained` writes), with the tokenizer and glmc.json of the directory it was loaded from.
+
+    Args:
+        dtype: the weights' dtype on disk ("bfloat16", "float16", "float32", "float64"; None: the model's own).
+        max_shard_size: Hugging Face weights above this size (bytes, or a string such as "500MB") are written as
+            shards model-0000k-of-0000n.safetensors with model.safetensors.index.json; None: glmc's default, 5GB.
+    The output may not be, contain or lie inside the directory the model was loaded from."""
     from glmc.io import atomic_dir
 
-    with atomic_dir(directory, overwrite=overwrite) as tmp:
-        write_like(model, source_of(model), tmp)
+    with atomic_dir(directory, overwrite=overwrite, inputs=[source_of(model)]) as tmp:
+        write_like(model, source_of(model), tmp, dtype=dtype, max_shard_size=max_shard_size)
     return Path(directory)
 
 
-def align(model_a, model_b, method: str = "weight", data=None, **options) -> Alignment:
+def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype="float32", dtype=None,
+          **options) -> Alignment:
     """Find the symmetry transform π that brings `model_b` next to `model_a`.
 
     Args:
@@ -84,6 +94,12 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
             a spec ("shakespeare", "mnist", …), a DataLoader or any iterable of batches (token tensors, or
             (images, labels) pairs), or a dict of them per split;
             None: the data recorded beside model A (see glmc/api/data.py).
+        compute_dtype: the precision the pair is aligned in, "float32" (default) or "float64": inputs stored in
+            bfloat16 or float16 are upcast copies (their values exactly); the function check (max |Δlogits|
+            ≤ 1e-4) runs in it, on the transformed weights before any rounding.
+        dtype: what `.save` writes the moved model in (None: its input's stored dtype, e.g. bfloat16). The
+            rounding's own effect is measured on probe inputs (report["rounding"]: max |Δlogits| between the
+            moved model and its rounded copy, both computed in compute_dtype), not checked against 1e-4.
         **options: the method's own, keyword only (an unknown one raises TypeError listing the valid ones):
             weight: iterations=15 (at most), tol=3e-3 (stop when an iteration lowers the weight distance by
                 less than this fraction), residual=None ("permutation": the residual permutation subgroup),
@@ -128,6 +144,9 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
 
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
+    compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
+    _check([model_a, model_b])
+    model_a, model_b = in_dtype(model_a, compute), in_dtype(model_b, compute)
     func = _method_function(method)
     if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
         if options.get("seen_tokens"):
@@ -141,14 +160,43 @@ def align(model_a, model_b, method: str = "weight", data=None, **options) -> Ali
     _inherit(al.model_b, model_b)
     groups = _groups(al.model_a)
     transform = None if al.transform is None else Transform(al.transform, groups)
-    return Alignment(al.model_a, al.model_b, transform, al.report, method, al.moved, al.fill,
-                     (source_of(model_a), source_of(model_b)))
+    result = Alignment(al.model_a, al.model_b, transform, al.report, method, al.moved, al.fill,
+                       (source_of(model_a), source_of(model_b)))
+    moved_input = model_b if al.moved == "B" else model_a
+    result.dtype = _rounding(result.moved_model, torch_dtype(dtype) or stored_dtype(moved_input), al.report)
+    al.report["dtypes"] = {"compute": _name(compute), "inputs": [_name(stored_dtype(m)) for m in (model_a, model_b)],
+                           "written": result.dtype}
+    return result
+
+
+def _check(models) -> None:
+    """`glmc inspect`'s compatibility check (glmc/models/inspect.py): IncompatibleModels with its first reason."""
+    from glmc.models.inspect import check_models
+
+    check_models(models, [source_of(m) or f"model {i + 1}" for i, m in enumerate(models)])
+
+
+def _name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _rounding(model, target, report: dict) -> str:
+    """Measure what rounding `model`'s weights to `target` for writing does to its function (max |Δlogits| on
+    probe inputs, both computed in the model's own precision), into report["rounding"]; returns the target's name."""
+    from glmc.matching.common import max_logit_change
+
+    if target != weights_dtype(model):
+        rounded = cast_copy(model, target).to(weights_dtype(model))
+        report["rounding"] = {"dtype": _name(target), "max_dlogits": max_logit_change(model, rounded)}
+    return _name(target)
 
 
 def _inherit(derived, model) -> None:
-    """A model derived from `model` (same function, or an average) keeps its data and tokenizer."""
+    """A model derived from `model` (same function, or an average) keeps its data, tokenizer and stored dtype."""
     if derived is not model and source_of(model) is not None:
         remember(derived, source_of(model))
+    if derived is not model:
+        remember_dtype(derived, stored_dtype(model))
 
 
 _align_pair = align  # `barrier` takes an argument named `align`
@@ -168,7 +216,8 @@ def _groups(model):
 
 def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, split: str = "test",
             batch_size: int = 32, max_batches: int | None = None, batches=None, mode: str = "native",
-            progress: bool = True, resolution: int = 10, samples: int = 64, dtype=None, **align_options):
+            progress: bool = True, resolution: int = 10, samples: int = 64, dtype=None, compute_dtype="float32",
+            **align_options):
     """Loss and accuracy along the straight line between two models (or over the simplex of several).
 
     Args:
@@ -188,6 +237,8 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
         dtype: evaluate the interpolated models in this dtype ("bfloat16", "float16", "float32" or a torch dtype;
             None: the endpoints'). The averages are formed in the endpoints' precision first; alignment is
             unaffected.
+        compute_dtype: the endpoints' precision for alignment and averaging ("float32" or "float64"); endpoints
+            stored in bfloat16 / float16 are upcast copies, so their barrier is that of float32 copies of them.
 
     Returns:
         A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
@@ -198,6 +249,8 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     models = list(model_a) if isinstance(model_a, (list, tuple)) else [model_a, model_b]
     if any(m is None for m in models) or len(models) < 2:
         raise TypeError("barrier needs two models (model_a, model_b) or a list of at least two")
+    compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
+    models = [in_dtype(m, compute) for m in models]
     if mode not in ("native", "circuit"):
         raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
     method = "none" if align is None else align.method if isinstance(align, Alignment) else align
@@ -267,7 +320,8 @@ def _simplex(models, ds, method, evals, mode, progress, resolution, samples, opt
 
 
 def merge(models, method: str = "weight", data=None, weights=None, *, rounds: int = 3, iterations: int = 5,
-          mode: str = "native", null_space: str = "fixed", progress: bool = True, **learned_options) -> Merge:
+          mode: str = "native", null_space: str = "fixed", progress: bool = True, compute_dtype="float32", dtype=None,
+          **learned_options) -> Merge:
     """Align every model to a shared universe and average them into one model of the same architecture.
 
     Args:
@@ -281,6 +335,10 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
         mode: "native", or "circuit" to average the paper's circuit form (the result is a glmc CircuitModel).
         null_space: embedded narrower models' free reader weights: "fixed" (the full-width models' average) or
             "off" (zero); exact either way.
+        compute_dtype: the precision models are aligned and averaged in ("float32" or "float64"; bfloat16 /
+            float16 inputs are upcast copies).
+        dtype: what `.save` writes the merged model in (None: model 1's stored dtype); each aligned model is
+            written in its own input's. The rounding's effect on the merged model is in report["rounding"].
         **learned_options: the refinement's (method="learned"): steps=300, lr=1e-2, concentration=1.0 (λ ~
             Dirichlet), batch_size=32, eval_every=50, eval_batches=8, patience=None, seed=0, simplex_score="edges".
 
@@ -293,6 +351,9 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
     models = list(models)
     if len(models) < 2:
         raise TypeError("merge needs at least two models")
+    compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
+    _check(models)
+    models = [in_dtype(m, compute) for m in models]
     if mode not in ("native", "circuit"):
         raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
     ds = resolve_data(data, models[0], required="learned merging" if method == "learned" else None)
@@ -314,8 +375,13 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
     if mode == "native":
         _inherit(merged, models[0])
     groups = _groups(aligned[0])
-    return Merge(merged, aligned, [Transform(t, groups) for t in transforms], report,
-                 [source_of(m) for m in models], mode)
+    result = Merge(merged, aligned, [Transform(t, groups) for t in transforms], report,
+                   [source_of(m) for m in models], mode)
+    result.dtypes = [_name(stored_dtype(m)) for m in models]
+    if mode == "native":
+        result.dtype = _rounding(merged, torch_dtype(dtype) or stored_dtype(models[0]), report)
+    report["dtypes"] = {"compute": _name(compute), "inputs": result.dtypes, "written": result.dtype}
+    return result
 
 
 def evaluate(model, data=None, split: str = "test", batch_size: int = 32, max_batches: int | None = None,
@@ -342,9 +408,11 @@ def verify(model, classes=None, seed: int = 0, tol: float = 1e-4) -> dict:
     Raises:
         UnsupportedModel: a class in `classes` that is not exact for this model.
     """
+    import torch
+
     from glmc.invariance import verify_model
 
-    checks = verify_model(model, seed=seed, tol=tol, classes=classes)
+    checks = verify_model(in_dtype(model, torch.float32), seed=seed, tol=tol, classes=classes)
     out = Verification({c.name: c.max_dlogits for c in checks})
     out.checks = checks
     return out

@@ -38,6 +38,7 @@ class Alignment:
     moved: str = "B"
     fill: dict | None = None
     sources: tuple = (None, None)  # directories the inputs were loaded from, when glmc loaded them
+    dtype: str | None = None  # what save() writes the moved model in (its input's stored dtype by default)
 
     @property
     def moved_model(self):
@@ -49,20 +50,21 @@ class Alignment:
         dist = (f", distance {r['distance_before']:.4f} → {r['distance_after']:.4f}" if "distance_after" in r else "")
         return f"glmc.Alignment(method={self.method!r}{dist}, moved {self.moved})"
 
-    def save(self, directory, overwrite: bool = False, mode: str = "native") -> Path:
-        """Write the moved model (a standard checkpoint; with mode="circuit" the paper's circuit form), the
-        transform (transform.safetensors), any null-space fill and the report (align.json), atomically."""
+    def save(self, directory, overwrite: bool = False, mode: str = "native", max_shard_size=None) -> Path:
+        """Write the moved model (a standard checkpoint in `.dtype`, its input's stored dtype unless glmc.align was
+        given another; with mode="circuit" the paper's circuit form), the transform (transform.safetensors), any
+        null-space fill and the report (align.json), atomically. `max_shard_size`: see glmc.save_model."""
         from glmc.api.sources import write_like
         from glmc.io import atomic_dir
 
         source = self.sources[1] if self.moved == "B" else self.sources[0]
-        with atomic_dir(directory, overwrite=overwrite) as tmp:
+        with atomic_dir(directory, overwrite=overwrite, inputs=self.sources) as tmp:
             if mode == "circuit":
                 from glmc.view.circuit import circuit_model
 
                 circuit_model(self.moved_model).write_files(tmp)
             else:
-                write_like(self.moved_model, source, tmp)
+                write_like(self.moved_model, source, tmp, dtype=self.dtype, max_shard_size=max_shard_size)
             if self.transform is not None:
                 self.transform.save(tmp / "transform.safetensors")
             if self.fill:
@@ -247,13 +249,16 @@ class Merge:
     report: dict = field(default_factory=dict)
     sources: list = field(default_factory=list)
     mode: str = "native"
+    dtype: str | None = None  # what save() writes the merged model in (model 1's stored dtype by default)
+    dtypes: list = field(default_factory=list)  # ... and each aligned model in (its input's)
 
     def __repr__(self) -> str:
         return f"glmc.Merge({len(self.aligned)} models, method={self.report.get('method')!r}, mode={self.mode!r})"
 
-    def save(self, directory, overwrite: bool = False) -> Path:
-        """Write the merged model, aligned/model{i}/ (each aligned model with its transform and any null-space
-        fill) and merge.json, atomically."""
+    def save(self, directory, overwrite: bool = False, max_shard_size=None) -> Path:
+        """Write the merged model (in `.dtype`), aligned/model{i}/ (each aligned model in its input's stored dtype,
+        with its transform and any null-space fill) and merge.json, atomically. `max_shard_size`: see
+        glmc.save_model."""
         from glmc.api.sources import write_like
         from glmc.io import atomic_dir
         from glmc.matching.nullspace import save_fill
@@ -261,14 +266,15 @@ class Merge:
         sources = list(self.sources) + [None] * (len(self.aligned) - len(self.sources))
         report = {k: v for k, v in self.report.items() if k != "fills"}
         fills = self.report.get("fills", {})
-        with atomic_dir(directory, overwrite=overwrite) as tmp:
+        with atomic_dir(directory, overwrite=overwrite, inputs=self.sources) as tmp:
             if self.mode == "circuit":
                 self.model.write_files(tmp)  # a CircuitModel
             else:
-                write_like(self.model, sources[0], tmp)
+                write_like(self.model, sources[0], tmp, dtype=self.dtype, max_shard_size=max_shard_size)
             for i, (a, t) in enumerate(zip(self.aligned, self.transforms)):
                 sub = tmp / "aligned" / f"model{i + 1}"
-                write_like(a, sources[i], sub)
+                dtype = self.dtypes[i] if i < len(self.dtypes) else None
+                write_like(a, sources[i], sub, dtype=dtype, max_shard_size=max_shard_size)
                 if t.elements:
                     t.save(sub / "transform.safetensors")
                 if fills.get(i):  # an embedded narrower model: added after its transform

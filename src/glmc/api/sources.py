@@ -11,6 +11,9 @@ import weakref
 from pathlib import Path
 
 _SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_DTYPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the dtype its weights were stored in
+COMPUTE_DTYPES = ("float32", "float64")
+WRITE_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 def remember(model, directory) -> None:
@@ -25,10 +28,71 @@ def source_of(model) -> Path | None:
         return None
 
 
-def write_like(model, source_dir, target) -> None:
+def weights_dtype(model):
+    """The dtype of `model`'s floating-point parameters (the first one's)."""
+    import torch
+
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
+def stored_dtype(model):
+    """The dtype the weights of `model` (or of the model it was computed from) were stored in: what glmc writes
+    it back in by default."""
+    try:
+        remembered = _DTYPES.get(model)
+    except TypeError:
+        remembered = None
+    return remembered if remembered is not None else weights_dtype(model)
+
+
+def remember_dtype(model, dtype) -> None:
+    _DTYPES[model] = dtype
+
+
+def torch_dtype(name, option: str = "dtype", choices=WRITE_DTYPES):
+    """A torch dtype from its name ("bfloat16") or itself; None stays None. BadOption for anything else."""
+    import torch
+
+    from glmc.errors import BadOption
+
+    if name is None or isinstance(name, torch.dtype):
+        return name
+    if name not in choices:
+        raise BadOption(f"unknown {option} {name!r}; choose from {', '.join(choices)}")
+    return getattr(torch, name)
+
+
+def in_dtype(model, dtype):
+    """`model` itself when its floating-point weights are all `dtype`, else a copy cast to `dtype` that keeps
+    the original's directory and stored dtype (the caller's model is never modified)."""
+    import copy
+
+    if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
+        return model
+    out = copy.deepcopy(model).to(dtype)
+    remember_dtype(out, stored_dtype(model))
+    if source_of(model) is not None:
+        remember(out, source_of(model))
+    return out
+
+
+def cast_copy(model, dtype):
+    """A copy of `model` with its floating-point weights rounded to `dtype` (the model itself if they are)."""
+    import copy
+
+    if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
+        return model
+    return copy.deepcopy(model).to(dtype)
+
+
+def write_like(model, source_dir, target, dtype=None, max_shard_size=None) -> None:
     """Write `model` into the directory `target` (inside an atomic write; see glmc.io.atomic_dir) with the tokenizer
-    and the glmc.json record of `source_dir` (when given), marked as derived from it."""
+    and the glmc.json record of `source_dir` (when given), marked as derived from it; its weights rounded to
+    `dtype` when given (the model in memory is left as it is)."""
     from glmc.models import read_record, write_model_files
+
+    if dtype is not None:
+        model = cast_copy(model, torch_dtype(dtype))
 
     tokenizer, record = None, None
     if source_dir is not None:
@@ -40,4 +104,4 @@ def write_like(model, source_dir, target) -> None:
         if record is not None:
             record = {**record, "derived_from": str(source_dir)}
     Path(target).mkdir(parents=True, exist_ok=True)
-    write_model_files(model, Path(target), record=record, tokenizer=tokenizer)
+    write_model_files(model, Path(target), record=record, tokenizer=tokenizer, max_shard_size=max_shard_size)

@@ -68,7 +68,7 @@ def translate(e: Exception) -> click.ClickException:
     return InternalError(e)
 
 # name -> module under glmc.cli that defines a click command called `command`
-COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo"]
+COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo", "convert", "inspect"]
 # the commands that run under a multi-process launch (their data passes are sharded)
 LAUNCHABLE = ("align", "barrier", "merge")
 
@@ -124,9 +124,11 @@ def join_launch(command: str | None) -> None:
 @click.pass_context
 def main(ctx):
     """Align, interpolate and merge independently trained Transformers (GPT-2, ViT, Llama)."""
+    from glmc.io import terminate_cleanly
     from glmc.memory import release_freed_memory
 
     release_freed_memory()
+    terminate_cleanly()  # SIGTERM unwinds like Ctrl-C: no temporary output or lock is left behind
     join_launch(ctx.invoked_subcommand)
 
 

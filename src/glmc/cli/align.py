@@ -5,14 +5,26 @@ import time
 import click
 
 from glmc import distributed
-from glmc.cli.common import check_out_path, data_options, load_eval_data, load_models, mode_option, pick_device
+from glmc.cli.common import (
+    MODEL,
+    check_out_path,
+    data_options,
+    load_eval_data,
+    load_models,
+    mode_option,
+    pick_device,
+    precision_options,
+    resolve_models,
+    revision_option,
+    rounding_line,
+)
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("align")
-@click.argument("model_a", type=click.Path(exists=True, file_okay=False))
-@click.argument("model_b", type=click.Path(exists=True, file_okay=False))
+@click.argument("model_a", type=MODEL)
+@click.argument("model_b", type=MODEL)
 @click.option("--method", default="weight", show_default=True,
               type=click.Choice(["weight", "activation", "learned", "learned-perm"]))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -74,11 +86,14 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Learned matching: early stopping after N checks.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @mode_option
+@precision_options()
+@revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_head_maps, restarts, algorithm,
             select_batches, candidates, act_batches, steps, epochs, minutes, lr, perm_lr, sampler, null_space,
-            autocast, checkpoint, soft, eval_every, patience, mode, overwrite, progress, **data_kw):
+            autocast, checkpoint, soft, eval_every, patience, mode, overwrite, progress, compute_dtype, out_dtype,
+            max_shard_size, revision, **data_kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
@@ -89,9 +104,10 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
-    check_out_path(out_dir, "--out", overwrite, directory=True)
+    model_a, model_b = resolve_models([model_a, model_b], revision)
+    check_out_path(out_dir, "--out", overwrite, directory=True, inputs=(model_a, model_b))
     device = pick_device(data_kw.pop("device"))
-    a, b = load_models([model_a, model_b], device)
+    a, b = load_models([model_a, model_b], device, compute_dtype)
     ds = None
     if method != "weight":
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
@@ -106,11 +122,14 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
     options = method_options(method, options)
     options.pop("data", None)
     t0 = time.perf_counter()
-    al = align(a, b, method, data=ds, **options)
+    al = align(a, b, method, data=ds, compute_dtype=compute_dtype, dtype=None if out_dtype == "auto" else out_dtype,
+               **options)
     seconds = time.perf_counter() - t0
     al.report["seconds"] = seconds
+    if ds is not None and isinstance(getattr(ds, "spec", None), dict):
+        al.report["data"] = ds.spec  # with its split rule, like every result
     if distributed.is_main():  # every process holds the same result; the main one writes it
-        al.save(out_dir, overwrite=True, mode=mode)
+        al.save(out_dir, overwrite=True, mode=mode, max_shard_size=max_shard_size)
     target, ref = (model_b, model_a) if al.moved == "B" else (model_a, model_b)
     if "widened" in al.report:
         click.echo(f"embedded {target} exactly into the width of {ref} (max |Δlogits| "
@@ -126,6 +145,8 @@ def command(model_a, model_b, method, out_dir, iterations, tol, residual, no_hea
                    f"training batches ({losses})")
     click.echo(f"weight distance ‖A−B‖²/‖A‖²: {al.report['distance_before']:.4f} → {al.report['distance_after']:.4f}")
     click.echo(f"function check: max |Δlogits| of the moved model before/after {al.report['max_dlogits_b']:.2e}")
+    if rounding_line(al.report):
+        click.echo(rounding_line(al.report))
     click.echo(f"wrote {out_dir}/ (model, transform.safetensors, align.json)")
 
 

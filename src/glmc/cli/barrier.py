@@ -4,6 +4,7 @@ import click
 
 from glmc import distributed
 from glmc.cli.common import (
+    MODEL,
     check_out_path,
     check_plot_path,
     data_options,
@@ -12,12 +13,15 @@ from glmc.cli.common import (
     mode_option,
     parse_methods,
     pick_device,
+    precision_options,
+    resolve_models,
+    revision_option,
     write_json,
 )
 
 
 @click.command("barrier")
-@click.argument("models", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("models", nargs=-1, required=True, type=MODEL)
 @click.option("--align", "methods", default="none", show_default=True,
               help="Comma-separated alignment methods: none, weight, activation, learned, learned-perm.")
 @click.option("--points", default=11, show_default=True, type=click.IntRange(min=2),
@@ -38,9 +42,11 @@ from glmc.cli.common import (
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the interpolated models during evaluation (averages are formed in float32 first).")
 @mode_option
+@precision_options(write=False)
+@revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, dtype, mode, progress, **data_kw):
+            concentration, dtype, mode, progress, compute_dtype, revision, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -54,15 +60,16 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     if len(models) < 2:
         raise click.UsageError("give at least two models")
     method_list = parse_methods(methods, "--align", simplex=len(models) > 2)
+    models = resolve_models(models, revision)
     for path, option in ((json_path, "--json"), (csv_path, "--csv")):
         if path:
-            check_out_path(path, option)
+            check_out_path(path, option, inputs=models)
     if plot_path:
-        check_plot_path(plot_path)
+        check_plot_path(plot_path, inputs=models)
     if plot_path and len(models) > 3:
         raise click.UsageError("--plot draws a ternary heat map for 3 models (or curves for 2); drop it for more")
     device = pick_device(data_kw.pop("device"))
-    loaded = load_models(models, device)
+    loaded = load_models(models, device, compute_dtype)
     ds, batches, data_info = load_eval_data(models[0], model=loaded[0], **data_kw)
     if len(models) > 2:
         return _simplex(models, loaded, ds, batches, data_info, method_list, resolution, samples, steps, progress,

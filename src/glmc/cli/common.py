@@ -71,11 +71,19 @@ def _process_gpu(device):
     return torch.device("cuda", own)
 
 
-def check_out_path(path, option: str, overwrite: bool = True, directory: bool = False) -> None:
-    """Refuse an output path early (before any work): one that exists without --overwrite, a directory where a
-    file goes, or one below a regular file."""
+def check_out_path(path, option: str, overwrite: bool = True, directory: bool = False, inputs=()) -> None:
+    """Refuse an output path early (before any work): one that is, contains or lies inside one of the `inputs`
+    (with --overwrite too), one that exists without --overwrite, a directory where a file goes, or one below a
+    regular file. Then take the output's lock for the rest of the command (glmc/io.py): a second run on the same
+    output is refused while this one runs."""
     from pathlib import Path
 
+    from glmc.io import check_not_input, lock_output
+
+    try:
+        check_not_input(path, inputs)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
     p = Path(path)
     if p.exists() and not overwrite:
         raise click.BadParameter(f"{path} exists (pass --overwrite to replace it, or choose another path)",
@@ -90,18 +98,125 @@ def check_out_path(path, option: str, overwrite: bool = True, directory: bool = 
     if parent.exists() and not parent.is_dir():
         raise click.BadParameter(f"cannot write {path}: {parent} is a file, not a directory; choose another path",
                                  param_hint=option)
+    from glmc import distributed
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and distributed.is_main():  # only the main process of a launch writes
+        ctx.with_resource(lock_output(path))
 
 
-def load_models(paths, device):
+class ModelPath(click.ParamType):
+    """A model argument: an existing directory (a file is refused), or a hub id ORG/NAME[@REVISION] that names a
+    model in the local Hugging Face cache (resolved by resolve_models, which knows --revision)."""
+
+    name = "model"
+
+    def convert(self, value, param, ctx):
+        from pathlib import Path
+
+        from glmc.models.hub import looks_like_hub_id
+
+        p = Path(value).expanduser()
+        if p.exists():
+            if not p.is_dir():
+                self.fail(f"{value!r} is a file: give a model directory", param, ctx)
+            return value
+        if looks_like_hub_id(value):
+            return value
+        self.fail(f"directory {value!r} does not exist", param, ctx)
+
+
+MODEL = ModelPath()
+
+
+def revision_option(f):
+    return click.option("--revision", default=None,
+                        help="For hub ids (ORG/NAME) in the local Hugging Face cache: the revision, a branch or tag "
+                             "name or a commit hash [main; ORG/NAME@REV sets one model's own]. Nothing is "
+                             "downloaded.")(f)
+
+
+def resolve_models(paths, revision=None) -> list[str]:
+    """Each model argument as a directory: itself, or its hub id's cached snapshot (glmc/models/hub.py); `revision`
+    applies to the hub ids (a --revision with directories only is refused, since it would be ignored)."""
+    from pathlib import Path
+
+    from glmc.api.checkpoints import resolve_model_path
+    from glmc.errors import BadOption
+
+    local = [Path(p).expanduser().exists() for p in paths]
+    if revision is not None and all(local):
+        raise BadOption(f"--revision applies to hub ids; {paths[0]} is a directory (give ORG/NAME, or the directory "
+                        "of the revision you want)")
+    return [str(resolve_model_path(p, None if here else revision)) for p, here in zip(paths, local)]
+
+
+def load_models(paths, device, compute_dtype="float32"):
     """The models in `paths`, checked (glmc/models/checkpoint.py: files, weights, and that they can be combined), on
-    `device`. A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI prints as one line."""
+    `device`, their weights upcast to `compute_dtype` in place (each remembers the dtype it was stored in, which is
+    what its derived models are written in). A bad checkpoint or pair raises a glmc.errors.GlmcError, which the CLI
+    prints as one line."""
     from glmc.api import load_model
-    from glmc.models.checkpoint import check_group
+    from glmc.api.sources import COMPUTE_DTYPES, remember_dtype, torch_dtype, weights_dtype
+    from glmc.models.inspect import check_models
 
     out = [load_model(p) for p in paths]
     if len(out) > 1:
-        check_group(out, [str(p) for p in paths])
-    return [m.to(device).eval() for m in out]
+        check_models(out, [str(p) for p in paths])  # what `glmc inspect` reports, first reason only
+    compute = torch_dtype(compute_dtype, "--compute-dtype", COMPUTE_DTYPES)
+    for m in out:
+        remember_dtype(m, weights_dtype(m))
+    return [m.to(device=device, dtype=compute).eval() for m in out]
+
+
+def precision_options(write: bool = True):
+    """--compute-dtype (and, for commands that write models, --dtype and --max-shard-size)."""
+    from glmc.api.sources import COMPUTE_DTYPES, WRITE_DTYPES
+
+    def decorate(f):
+        if write:
+            f = max_shard_size_option(f)
+            f = click.option("--dtype", "out_dtype", default="auto", show_default=True,
+                             type=click.Choice(["auto", *WRITE_DTYPES]),
+                             help="dtype of the written weights [auto: each aligned model its input's, a merge "
+                                  "model A's]. The rounding's effect is measured and reported.")(f)
+        return click.option("--compute-dtype", default="float32", show_default=True,
+                            type=click.Choice(list(COMPUTE_DTYPES)),
+                            help="Precision of alignment, interpolation and merging (bfloat16/float16 checkpoints "
+                                 "are upcast; the function check runs in it, before any rounding).")(f)
+
+    return decorate
+
+
+SIZE_UNITS = {"": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _shard_size(ctx, param, value):
+    """--max-shard-size in bytes, from an integer and an optional unit (KB, MB, GB, KiB, MiB, GiB)."""
+    import re
+
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)\s*([KMG]I?B)?", value.strip().upper())
+    if not m or int(m.group(1)) == 0:
+        raise click.BadParameter(f"{value!r} is not a size; give a whole number of bytes or e.g. 500MB, 2GB, 1GiB")
+    return int(m.group(1)) * SIZE_UNITS[m.group(2) or ""]
+
+
+def max_shard_size_option(f):
+    return click.option("--max-shard-size", default=None, callback=_shard_size,
+                        help="Write Hugging Face weights above this size (e.g. 500MB, 2GB) as shards "
+                             "model-0000k-of-0000n.safetensors with an index [5GB].")(f)
+
+
+def rounding_line(report: dict) -> str | None:
+    """The printed line for report["rounding"] (glmc.align / glmc.merge), or None when nothing was rounded."""
+    r = report.get("rounding")
+    if not r:
+        return None
+    return (f"written in {r['dtype']}: rounding the weights changes the logits by max |Δlogits| {r['max_dlogits']:.2e} "
+            f"(measured on probe inputs; the function check above is on the unrounded {report['dtypes']['compute']} "
+            "weights)")
 
 
 def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_size=32, max_batches=None,
@@ -122,8 +237,12 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
         if data is None:
             ds = glmc.data.load_for_model(model_dir)
         else:
-            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if glmc.data.task_of(data) == "lm"
-                                                                 else None))
+            from glmc.models.checkpoint import data_options_for
+
+            lm = glmc.data.task_of(data) == "lm"
+            fitted = data_options_for(model, data) if model is not None and lm else {}
+            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if lm else None),
+                                use_preprocessor=None if lm else model_dir, **fitted)
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if model is not None:
@@ -145,11 +264,11 @@ def write_json(path, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def check_plot_path(path, option: str = "--plot") -> None:
+def check_plot_path(path, option: str = "--plot", inputs=()) -> None:
     """A figure path whose suffix matplotlib can write (none: PNG), checked before any work."""
     from pathlib import Path
 
-    check_out_path(path, option)
+    check_out_path(path, option, inputs=inputs)
     suffix = Path(path).suffix.lstrip(".").lower()
     if suffix:
         from matplotlib.figure import Figure

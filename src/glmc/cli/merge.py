@@ -3,13 +3,25 @@
 import click
 
 from glmc import distributed
-from glmc.cli.common import check_out_path, data_options, load_eval_data, load_models, mode_option, pick_device
+from glmc.cli.common import (
+    MODEL,
+    check_out_path,
+    data_options,
+    load_eval_data,
+    load_models,
+    mode_option,
+    pick_device,
+    precision_options,
+    resolve_models,
+    revision_option,
+    rounding_line,
+)
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("merge")
-@click.argument("models", nargs=-1, type=click.Path(exists=True, file_okay=False))
+@click.argument("models", nargs=-1, type=MODEL)
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A YAML recipe (models, method, weights, mode, options, data, evaluation, output); see "
                    "`glmc merge --help` and the README. The command line then only takes --out, --overwrite, "
@@ -34,10 +46,12 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--no-eval", is_flag=True,
               help="Skip evaluating the merged and input models (weight merges then need no data at all).")
 @mode_option
+@precision_options()
+@revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
 def command(models, config, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
-            overwrite, no_eval, progress, **data_kw):
+            overwrite, no_eval, progress, compute_dtype, out_dtype, max_shard_size, revision, **data_kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest.
     With --config, the models and every setting come from a YAML recipe instead."""
@@ -57,8 +71,9 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
                        null_space=null_space)
     if len(models) < 2:
         raise click.UsageError("give at least two models")
-    check_out_path(out_dir, "--out", overwrite, directory=True)
-    loaded = load_models(models, device)
+    models = resolve_models(models, revision)
+    check_out_path(out_dir, "--out", overwrite, directory=True, inputs=models)
+    loaded = load_models(models, device, compute_dtype)
     # a weight merge without evaluation needs no data; learned refinement trains on it either way
     ds, batches, info = (None, None, {}) if no_eval and method == "weight" else \
         load_eval_data(models[0], model=loaded[0], **data_kw)
@@ -67,7 +82,8 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
     learned = {k: options.pop(k) for k in ("steps", "lr", "concentration") if k in options}
     if method != "learned":
         learned = {}
-    result = merge(loaded, method, data=ds, weights=w, mode=mode, progress=progress, **options,
+    result = merge(loaded, method, data=ds, weights=w, mode=mode, progress=progress, compute_dtype=compute_dtype,
+                   dtype=None if out_dtype == "auto" else out_dtype, **options,
                    **{k: v for k, v in learned.items() if v is not None})
     scores = {}
     if batches is not None:
@@ -78,12 +94,14 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
     if config:
         result.report["recipe"] = str(config)
     if distributed.is_main():  # every process holds the same result; the main one writes it
-        result.save(out_dir, overwrite=True)
+        result.save(out_dir, overwrite=True, max_shard_size=max_shard_size)
     for name, s in scores.items():
         click.echo(f"{name:>8}: {info['split']} loss {s['loss']:.4f}  acc {100 * s['acc']:.2f}%")
     if not scores:
         click.echo("not evaluated (--no-eval)")
     click.echo(f"max |Δlogits| of the aligned models: {max(result.report['max_dlogits']):.2e}")
+    if rounding_line(result.report):
+        click.echo(rounding_line(result.report))
     click.echo(f"wrote {out_dir}/ (merged model, aligned/, merge.json)")
 
 

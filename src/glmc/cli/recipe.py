@@ -1,6 +1,7 @@
 """`glmc merge --config recipe.yaml`: a merge described as data (in the spirit of mergekit's YAML recipes).
 
-    models: [runs/g0, runs/g1, runs/g2]     # 2+ model directories (relative paths: from the recipe's folder)
+    models: [runs/g0, runs/g1, runs/g2]     # 2+ model directories (relative paths: from the recipe's folder) or
+                                            # hub ids in the local cache (ORG/NAME[@REVISION])
     method: learned                         # weight | learned
     weights: [0.5, 0.25, 0.25]              # optional, one per model, summing to 1 (default uniform)
     mode: native                            # native | circuit
@@ -11,7 +12,8 @@
       lr: 0.01
       concentration: 1.0
       null_space: fixed
-    data: shakespeare                       # optional: data override (default: model 1's glmc.json)
+    data: shakespeare                       # optional: data override (default: model 1's glmc.json); any --data
+                                            # spec, e.g. jsonl:texts.jsonl:body (paths from the recipe's folder)
     evaluation: {split: test, batch_size: 32, max_batches: 20}   # optional
     output: runs/merged                     # where to write (--out overrides)
 
@@ -50,11 +52,16 @@ def read_recipe(path) -> dict:
     models = recipe.get("models")
     if not isinstance(models, list) or len(models) < 2 or not all(isinstance(m, str) for m in models):
         raise BadOption(f"{path}: 'models' must be a list of at least two model directories")
+    from glmc.models.hub import looks_like_hub_id
+
     base = path.parent
-    recipe["models"] = [str(p if Path(p).is_absolute() else base / p) for p in models]
-    for m in recipe["models"]:
-        if not Path(m).is_dir():
+    resolved = []
+    for p in models:
+        m = Path(p).expanduser() if Path(p).expanduser().is_absolute() else base / p
+        if not m.is_dir() and not (not Path(p).is_absolute() and looks_like_hub_id(p)):
             raise BadOption(f"{path}: model {m} is not a directory")
+        resolved.append(str(m) if m.is_dir() else p)  # else a hub id, looked up in the local cache
+    recipe["models"] = resolved
     recipe.setdefault("method", "weight")
     recipe.setdefault("mode", "native")
     for key in ("method", "mode"):
@@ -74,7 +81,19 @@ def read_recipe(path) -> dict:
             raise BadOption(f"{path}: {key!r} must be a string")
     if recipe.get("output") is not None and not Path(recipe["output"]).is_absolute():
         recipe["output"] = str(base / recipe["output"])
+    if recipe.get("data") is not None:
+        recipe["data"] = _data_from(base, recipe["data"])
     return recipe
+
+
+def _data_from(base: Path, data: str) -> str:
+    """A table data source whose relative path is relative to the recipe's folder, like its models."""
+    from glmc.data import tables
+
+    kind, _, rest = data.partition(":")
+    if kind in tables.KINDS and kind != "hf" and rest and not Path(rest.split(":")[0]).expanduser().is_absolute():
+        return tables.absolute(data, base)
+    return data
 
 
 def _choice(path, key, value) -> None:

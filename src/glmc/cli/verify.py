@@ -4,14 +4,17 @@ import sys
 
 import click
 
+from glmc.cli.common import MODEL, resolve_models, revision_option
+
 
 @click.command("verify")
-@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("model_dir", type=MODEL)
 @click.option("--tol", default=1e-4, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Largest allowed max |Δlogits| and |Δloss|.")
 @click.option("--seed", default=0, show_default=True, help="Seed for the random group elements and inputs.")
 @click.option("--classes", default=None, help="Comma-separated subset of classes (default: all the model admits).")
-def command(model_dir, tol, seed, classes):
+@revision_option
+def command(model_dir, tol, seed, classes, revision):
     """Canonicalise MODEL_DIR, apply random elements of every symmetry class it admits (alone and composed)
     and report max |Δlogits| and |Δloss|. Exits 1 if any exceeds --tol. The checkpoint is only read."""
     import torch
@@ -20,7 +23,10 @@ def command(model_dir, tol, seed, classes):
     from glmc.invariance import verify_model
     from glmc.models.checkpoint import load_checked
 
+    (model_dir,) = resolve_models([model_dir], revision)
     model, _ = load_checked(model_dir)  # a bad or unsupported checkpoint: a GlmcError, one line from the CLI
+    stored = str(next(model.parameters()).dtype).removeprefix("torch.")
+    model = model.float()  # bfloat16 / float16 weights: checked on their exact values, computed in float32
     try:
         arch = adapter_for(model).arch(model)
         chosen = _parse_classes(classes, arch) if classes is not None else None
@@ -29,7 +35,7 @@ def command(model_dir, tol, seed, classes):
     except UnsupportedModel as e:
         raise click.ClickException(f"cannot transform {model_dir} exactly: {e}") from None
     click.echo(f"{model_dir}: {arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads, "
-               f"MLP {arch.d_mlp} ({arch.activation})")
+               f"MLP {arch.d_mlp} ({arch.activation}); stored in {stored}, checked in float32")
     click.echo(f"{'class':<20}{'max |Δlogits|':>15}{'|Δloss|':>12}{'seconds':>9}  ok")
     for c in checks:
         click.echo(f"{c.name:<20}{c.max_dlogits:>15.2e}{c.dloss:>12.2e}{c.seconds:>9.2f}  {'yes' if c.ok else 'NO'}")

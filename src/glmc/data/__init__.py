@@ -15,6 +15,7 @@ lm.py and vision.py for what the batches hold.
 import json
 from pathlib import Path
 
+from . import tables
 from .lm import LMDataset, load_lm
 from .spec import parse_spec, task_of
 from .vision import ImageDataset, load_images
@@ -24,15 +25,19 @@ __all__ = ["load", "load_for_model", "parse_spec", "task_of", "LMDataset", "Imag
 _CACHE: dict = {}
 
 
-def load(spec, *, use_tokenizer=None, **options):
+def load(spec, *, use_tokenizer=None, use_preprocessor=None, **options):
     """A data set from a spec dict or a source string ('mnist', 'text:PATH', ...).
 
     options override or fill in spec entries (tokenizer, context, augment, ...; see spec.parse_spec).
     use_tokenizer: for LM data, an already loaded tokenizer or a directory holding one (e.g. the model's),
     used instead of rebuilding the tokenizer the spec names. Results are cached per process, keyed by the
     spec and the tokenizer directory, so repeated loads are free.
+    use_preprocessor: for image tables, a model directory whose preprocessor_config.json (when it has
+    one) decides the image size, channels and normalisation the spec does not already fix.
     """
     full = parse_spec(spec, **options)
+    if full["task"] == "cls" and use_preprocessor is not None and full["source"].split(":", 1)[0] in tables.KINDS:
+        full = {**tables.preprocessor(use_preprocessor), **full}
     cacheable = use_tokenizer is None or isinstance(use_tokenizer, (str, Path))
     key = (json.dumps(full, sort_keys=True), str(use_tokenizer)) if cacheable else None
     if key in _CACHE:

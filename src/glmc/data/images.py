@@ -192,8 +192,18 @@ def read_folder(path: str, image_size=None) -> Raw:
     return Raw(splits, classes, notes={"image_size": size})
 
 
+def read_table(spec: dict) -> Raw:
+    """An image table (glmc/data/tables.py): its own train/val/test splits as the table's split rule gives them."""
+    from .tables import image_splits
+
+    splits, names, rule, size = image_splits(spec["source"], spec.get("image_size"), spec.get("channels"))
+    return Raw(splits, names, notes={"image_size": size, "split_rule": rule})
+
+
 def read_source(spec: dict) -> Raw:
     kind, _, path = spec["source"].partition(":")
+    if kind in ("jsonl", "parquet", "hf-disk", "hf"):
+        return read_table(spec)
     if kind == "mnist":
         return read_mnist()
     if kind == "fashion-mnist":

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from . import tables
 from .text import read_source, sha256, split_text
 from .tokenizer import build_tokenizer, encode, load_tokenizer
 
@@ -87,7 +88,8 @@ class LMDataset:
 
     def describe(self) -> str:
         sizes = ", ".join(f"{k} {self.num_tokens(k):,}" for k in SPLITS)
-        return f"{self.spec['source']} / {self.spec['tokenizer']} (vocab {self.vocab_size:,}): {sizes} tokens"
+        rule = f"; splits: {self.spec['split_rule']}" if "split_rule" in self.spec else ""
+        return f"{self.spec['source']} / {self.spec['tokenizer']} (vocab {self.vocab_size:,}): {sizes} tokens{rule}"
 
 
 def _window_batch(windows: torch.Tensor) -> dict:
@@ -96,12 +98,17 @@ def _window_batch(windows: torch.Tensor) -> dict:
 
 def load_lm(spec: dict, tokenizer=None) -> LMDataset:
     """Read, split and tokenize. `tokenizer`: None (build from the spec), a loaded tokenizer, or a directory."""
-    text = read_source(spec["source"])
+    if spec["source"].split(":", 1)[0] in tables.KINDS:
+        pieces, rule = tables.text_pieces(spec["source"], spec["split"])
+        text = "".join(pieces[k] for k in SPLITS)
+        spec = dict(spec, split_rule=rule)
+    else:
+        text = read_source(spec["source"])
+        pieces = split_text(text, spec["split"])
     digest = sha256(text)
     if spec.get("text_sha256") not in (None, digest):
         raise ValueError(f"the text of {spec['source']} has changed since this spec was recorded "
                          f"(sha256 {digest[:12]}… != {spec['text_sha256'][:12]}…)")
-    pieces = split_text(text, spec["split"])
     if tokenizer is None:
         tokenizer = build_tokenizer(spec["tokenizer"], pieces["train"])
     elif not hasattr(tokenizer, "get_vocab"):

@@ -5,18 +5,23 @@ stores the completed spec (with sizes, checksums and normalisation filled in) in
 
 Language modelling::
 
-    {"task": "lm", "source": "shakespeare" | "python-stdlib" | "text:/abs/path.txt",
+    {"task": "lm", "source": "shakespeare" | "python-stdlib" | "text:/abs/path.txt" | a table (see below),
      "tokenizer": "char" | "gpt2" | "bpe:N", "context": 128, "split": {"train": 0.9, "val": 0.05, "test": 0.05}}
 
 Image classification::
 
     {"task": "cls", "source": "mnist" | "fashion-mnist[:DIR]" | "digits" | "cifar10:DIR" | "cifar100:DIR"
      | "folder:DIR", "augment": "none" | "crop-flip", "labels": "fine" | "coarse" (cifar100 only),
-     "image_size": null | int (folder only: resize to this square size)}
+     "image_size": null | int (folder and tables: resize to this square size)}
+
+Tables (glmc/data/tables.py): "jsonl:PATH[:FIELD]", "parquet:PATH[:FIELD]", "hf-disk:PATH[:FIELD]" and
+"hf:NAME[:CONFIG][:SPLIT]" are text (task "lm"); with a last part "image=COL,label=COL" they are image sets (task
+"cls"). Their completed spec records "split_rule": "own", "val-from-train" or "90/5/5".
 """
 
 from pathlib import Path
 
+from . import tables
 from .text import DEFAULT_SPLIT
 from .tokenizer import check_kind
 
@@ -31,21 +36,31 @@ def source_kind(source: str) -> str:
     """'shakespeare', 'python-stdlib', 'text', 'mnist', 'fashion-mnist', 'digits', 'cifar10', 'cifar100' or
     'folder'."""
     kind = source.split(":", 1)[0]
+    if kind in tables.KINDS:
+        tables.parse(source)  # a malformed table source is refused here, by name
+        return kind
     if kind in ("shakespeare", "python-stdlib", "text", "mnist", "fashion-mnist", "digits", "cifar10", "cifar100",
                 "folder"):
         if kind in ("text", "cifar10", "cifar100", "folder") and ":" not in source:
             raise ValueError(f"data {source!r} needs a path: {kind}:PATH")
         return kind
     raise ValueError(f"unknown data source {source!r}; known: shakespeare, python-stdlib, text:PATH, mnist, "
-                     "fashion-mnist[:DIR], digits, cifar10:DIR, cifar100:DIR, folder:DIR")
+                     "fashion-mnist[:DIR], digits, cifar10:DIR, cifar100:DIR, folder:DIR, jsonl:PATH[:FIELD], "
+                     "parquet:PATH[:FIELD], hf-disk:PATH[:FIELD], hf:NAME[:CONFIG][:SPLIT] (image tables: "
+                     "…:image=COL,label=COL)")
 
 
 def task_of(source: str) -> str:
-    return "lm" if source_kind(source) in ("shakespeare", "python-stdlib", "text") else "cls"
+    kind = source_kind(source)
+    if kind in tables.KINDS:
+        return tables.task(source)
+    return "lm" if kind in ("shakespeare", "python-stdlib", "text") else "cls"
 
 
 def _absolute(source: str) -> str:
     """Make the path part absolute so a spec stays valid from any working directory."""
+    if source.split(":", 1)[0] in tables.KINDS:
+        return tables.absolute(source)
     if ":" not in source:
         return source
     kind, path = source.split(":", 1)
@@ -66,7 +81,8 @@ def parse_spec(data, **options) -> dict:
 
 
 def _complete_lm(spec: dict) -> dict:
-    unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "text_sha256", "n_chars", "n_tokens"}
+    unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "text_sha256", "n_chars", "n_tokens",
+                           "split_rule"}
     if unknown:
         raise ValueError(f"options {sorted(unknown)} do not apply to text data {spec['source']!r}")
     spec.setdefault("tokenizer", "char")
@@ -83,7 +99,7 @@ def _complete_lm(spec: dict) -> dict:
 def _complete_cls(spec: dict) -> dict:
     kind = source_kind(spec["source"])
     unknown = set(spec) - {"task", "source", "augment", "labels", "image_size", "normalize", "val",
-                           "n_images", "num_classes", "channels"}
+                           "n_images", "num_classes", "channels", "split_rule"}
     if unknown:
         raise ValueError(f"options {sorted(unknown)} do not apply to image data {spec['source']!r}")
     spec.setdefault("augment", AUGMENT_DEFAULT.get(kind, "none"))
@@ -95,6 +111,6 @@ def _complete_cls(spec: dict) -> dict:
             raise ValueError(f"cifar100 labels must be 'fine' or 'coarse', got {spec['labels']!r}")
     elif "labels" in spec:
         raise ValueError(f"'labels' only applies to cifar100, not {spec['source']!r}")
-    if "image_size" in spec and kind != "folder":
-        raise ValueError(f"'image_size' only applies to folder:DIR data, not {spec['source']!r}")
+    if "image_size" in spec and kind != "folder" and kind not in tables.KINDS:
+        raise ValueError(f"'image_size' only applies to folder:DIR and table data, not {spec['source']!r}")
     return spec

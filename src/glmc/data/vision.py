@@ -76,8 +76,9 @@ class ImageDataset:
 
     def describe(self) -> str:
         sizes = ", ".join(f"{k} {self.num_examples(k):,}" for k in ("train", "val", "test"))
+        rule = f"; splits: {self.spec['split_rule']}" if "split_rule" in self.spec else ""
         return (f"{self.spec['source']}: {self.num_classes} classes, {self.channels}x{self.image_size}x"
-                f"{self.image_size}, {sizes} images")
+                f"{self.image_size}, {sizes} images{rule}")
 
 
 def crop_flip(images: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
@@ -141,6 +142,8 @@ def load_images(spec: dict) -> ImageDataset:
                 n_images={k: int(len(v[1])) for k, v in splits.items()})
     if "image_size" in raw.notes:
         full["image_size"] = raw.notes["image_size"]
+    if "split_rule" in raw.notes:
+        full["split_rule"] = raw.notes["split_rule"]
     if "normalize" not in full:
         full["normalize"] = channel_stats(splits["train"][0], raw.max_value)
     return ImageDataset(full, splits, raw.class_names, raw.max_value)

@@ -70,7 +70,7 @@ def canonical_cpu_view(adapter, model) -> dict:
 
 
 def _float32_cpu_copy(t: torch.Tensor) -> torch.Tensor:
-    return t.to(device="cpu", dtype=torch.float32, copy=True)
+    return t.to(device="cpu", dtype=torch.float64 if t.dtype == torch.float64 else torch.float32, copy=True)
 
 
 def residual_keys(view, n_layer: int) -> list[str]:

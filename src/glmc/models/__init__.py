@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from glmc.adapters import FAMILIES, adapter_for, adapter_for_dir, adapter_named
+from glmc.adapters.common import DEFAULT_MAX_SHARD_SIZE, MAX_SHARD_SIZE
 
 # kept for callers that built or inspected timm models through glmc.models
 from glmc.adapters.timm_config import timm_from_kwargs as _timm_from_kwargs  # noqa: F401
@@ -45,9 +46,15 @@ def save_model(model, path, record=None, tokenizer=None, overwrite: bool = True)
     return Path(path)
 
 
-def write_model_files(model, directory: Path, record=None, tokenizer=None) -> None:
-    """The files of a model directory, written into an existing (temporary) directory."""
-    adapter_for(model, check=False).save(model, Path(directory))
+def write_model_files(model, directory: Path, record=None, tokenizer=None, max_shard_size=None) -> None:
+    """The files of a model directory, written into an existing (temporary) directory; Hugging Face weights above
+    `max_shard_size` (bytes, or "500MB", "5GB"; None: DEFAULT_MAX_SHARD_SIZE) as shards with an index."""
+    token = MAX_SHARD_SIZE.set(max_shard_size) if max_shard_size is not None else None
+    try:
+        adapter_for(model, check=False).save(model, Path(directory))
+    finally:
+        if token is not None:
+            MAX_SHARD_SIZE.reset(token)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(directory))
     if record is not None:
@@ -71,5 +78,6 @@ def read_record(path):
         raise ValueError(f"{f} is not valid JSON: {e}") from None
 
 
-__all__ = ["FAMILIES", "RECORD", "build_model", "family_of", "task_of_model", "save_model", "write_model_files",
+__all__ = ["FAMILIES", "RECORD", "DEFAULT_MAX_SHARD_SIZE", "build_model",
+           "family_of", "task_of_model", "save_model", "write_model_files",
            "load_model", "read_record", "timm_kwargs"]

@@ -5,13 +5,16 @@ UnsupportedModel) before any work is done, and never half-used.
     model, record = load_checked(path)          # files checked, model loaded, weights checked
     check_group(models, paths)                  # same family, depth and width-independent shapes
 
-Checked before anything is loaded (from the files alone; nothing is unpickled, no weight data is read):
-- the directory holds a model: not empty, a config (config.json or timm_config.json), *.safetensors weights
-  (a directory of pickle files only is refused: glmc never loads them);
+Checked before anything is loaded (from the files alone; nothing is unpickled except through
+torch.load(weights_only=True), no safetensors weight data is read):
+- the directory holds a model: not empty, a config (config.json or timm_config.json), weights: *.safetensors
+  (single or sharded with an index whose every shard is there), or else pytorch_model.bin (single or sharded),
+  read only through torch.load(weights_only=True) (glmc/adapters/files.py; other pickle files are refused);
 - config.json / timm_config.json / glmc.json are valid JSON, and exactly one of glmc's families claims the directory;
-- every *.safetensors header is readable (a truncated or corrupt file is refused);
-- for Hugging Face models: every parameter the config implies is in the files, with that shape and a
-  floating-point dtype (a missing weight would otherwise be randomly initialised by transformers).
+- every weight file's header is readable (a truncated or corrupt file is refused);
+- for Hugging Face models: every parameter the config implies is in the files (under its stored name or one
+  transformers renames on load), with that shape and a floating-point dtype (a missing weight would otherwise be
+  randomly initialised by transformers).
 Checked after loading: every parameter is finite (the first NaN/inf one is named).
 """
 
@@ -21,7 +24,7 @@ import json
 from pathlib import Path
 
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
-from glmc.memory import FilePages, trim
+from glmc.memory import FilePages, register_weight_files, trim
 
 HF_CONFIG = "config.json"
 TIMM_CONFIG = "timm_config.json"
@@ -65,11 +68,13 @@ def check_files(path) -> None:
     if not files:
         raise BadCheckpoint(f"{path} is empty: expected a model directory ({HF_CONFIG} or {TIMM_CONFIG} and "
                             "model.safetensors, as glmc train or save_pretrained writes)")
-    weights = sorted(p.glob("*.safetensors"))
+    from glmc.adapters.files import pickled_headers, weight_files
+
+    kind, weights = weight_files(p)
     pickled = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
-    if not weights and pickled:
-        raise BadCheckpoint(f"{path} has only pickle weights ({', '.join(pickled)}): pickle files are never loaded; "
-                            "convert to safetensors (model.save_pretrained(DIR, safe_serialization=True))")
+    if kind is None and pickled:
+        raise BadCheckpoint(f"{path} has only pickle weights ({', '.join(pickled)}) and no pytorch_model.bin: glmc "
+                            "reads no other pickle file; convert to safetensors (save_pretrained(DIR))")
     has_hf, has_timm = (p / HF_CONFIG).is_file(), (p / TIMM_CONFIG).is_file()
     if not (has_hf or has_timm):
         listed = ", ".join(files[:6]) + (", …" if len(files) > 6 else "")
@@ -80,7 +85,8 @@ def check_files(path) -> None:
             _read_json(p / name)
     if not weights:
         raise BadCheckpoint(f"no *.safetensors weights in {path} (files: {', '.join(files)}); {RESAVE}")
-    header = read_headers(weights)
+    register_weight_files(weights)
+    header = read_headers(weights) if kind == "safetensors" else pickled_headers(weights)
     _check_weights(p, header)
 
 
@@ -106,11 +112,13 @@ def read_headers(files) -> dict:
 def _check_weights(p: Path, header: dict) -> None:
     """The directory is claimed by exactly one family, and its weights are the ones that family's config implies."""
     from glmc.adapters import adapter_for_dir
+    from glmc.adapters.files import renamed
 
     adapter = adapter_for_dir(p)  # UnsupportedModel naming what the directory holds and what glmc reads
     expected = adapter.expected_weights(p)
     if expected is None:
         return  # the family's loader checks its weights strictly
+    header = {renamed(k, adapter.renames): v for k, v in header.items()}
     prefix = expected.pop(None)
     for name, shape in expected.items():
         key = name if name in header else name.removeprefix(prefix + ".")
@@ -211,9 +219,26 @@ def check_data_fits(ds, model, path) -> None:
     if task == "lm" and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
         raise IncompatibleModels(f"the tokenizer of {source!r} has {ds.vocab_size} tokens but {path} has a vocabulary "
                                  f"of {sizes['embed'][0]}: use the model's own tokenizer (--tokenizer {path})")
+    if task == "lm" and "pos_embed" in sizes and ds.spec.get("context", 0) > sizes["pos_embed"][0]:
+        raise IncompatibleModels(f"the data's context is {ds.spec['context']} tokens but {path} has "
+                                 f"{sizes['pos_embed'][0]} positions: give a spec with a shorter context")
     if task == "cls" and "head.w" in sizes and ds.num_classes != sizes["head.w"][0]:
         raise IncompatibleModels(f"{source!r} has {ds.num_classes} classes but {path} outputs "
                                  f"{sizes['head.w'][0]}: give the data it was trained on (--data)")
+
+
+def data_options_for(model, data) -> dict:
+    """Spec options a model decides for a data spec that does not set them: a context no longer than a learned
+    position table (text specs default to 128 tokens)."""
+    from glmc.adapters import adapter_for
+
+    if isinstance(data, dict) and "context" in data:
+        return {}
+    positions = _fixed_sizes(adapter_for(model), model).get("pos_embed")
+    adapter = adapter_for(model)
+    if adapter.arch(model).task != "lm" or positions is None or positions[0] >= 128:
+        return {}
+    return {"context": int(positions[0])}
 
 
 def check_data_task(data_task: str, source: str, model, path) -> None:
