@@ -29,7 +29,9 @@ of all their query heads side by side. Under RoPE (`scale-rotation` QK maps) hea
 circuits (rotary_circuit_similarity), which see exactly what rotary attention computes; on the validation split
 of the Llama tuning pair (benchmarks/README.md) this left the barrier unchanged (37.9 % of vanilla vs 37.7 % with
 whole circuits) and the weight distance lower (0.780 vs 0.799), and it is the exact invariant, so it is the
-default. `scale-rotation` QK maps are solved per rotary plane in closed form
+default. The head comparison and the per-head fit of each role belong to its declared kind (Kind.head_similarity,
+head_problem / solve_head_problems; glmc/symmetry/kinds, solvers.py), so a new kind brings its own. `scale-rotation`
+QK maps are solved per rotary plane in closed form
 (a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
 with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).
