@@ -172,3 +172,16 @@ def test_circuit_mode_is_refused_by_name():
     model = neox(layers=1)
     with pytest.raises(UnsupportedModel, match="circuit mode"):
         adapter_for(model).io_spec(model)
+
+
+def test_train_neox_from_the_registry(tmp_path):
+    """`glmc train neox` is generated from the adapter's declarations: its own options reach build()."""
+    out = tmp_path / "n"
+    run_cli("train", "neox", "--steps", "2", "--layers", "1", "--width", "16", "--heads", "2", "--mlp", "32",
+            "--context", "16", "--sequential", "--rotary", "0.5", "--batch-size", "4", "--eval-every", "2",
+            "--eval-batches", "1", "--out", out, "--quiet")
+    record = json.loads((out / "glmc.json").read_text())
+    assert record["family"] == "neox" and record["model"]["parallel"] is False and record["model"]["rotary"] == 0.5
+    model, _ = load_model(out)
+    qk = adapter_for(model).arch(model).groups["qk"]
+    assert not model.config.use_parallel_residual and qk.params == {"rotary": 4}

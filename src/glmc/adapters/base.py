@@ -123,6 +123,8 @@ class Adapter:
     model_types: tuple[str, ...] = ()
     label: str = ""  # the family's name for people ("GPT-2"), for error messages
     dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
+    config_file: str = "config.json"  # the file that says a directory holds a model of this family
+    config_format: str = "Hugging Face"  # whose format that file is, for error messages
     presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
     model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
     # `glmc train <train_command>` (glmc/cli/train.py generates one sub-command per name from the registry);

@@ -102,6 +102,8 @@ class TimmViTAdapter(ViTTraining, Adapter):
     model_types = ()
     label = "timm ViT"
     dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
+    config_file = TIMM_CONFIG
+    config_format = "timm"
     presets = VIT_PRESETS
     model_options = VIT_OPTIONS + ("pool",)
     train_variant = "timm"

@@ -52,12 +52,23 @@ class TrainCommands(click.Group):
     """One sub-command per `train_command` of the registered adapters (glmc.adapters.ADAPTERS), built when asked
     for, so `glmc --help` does not import the model libraries."""
 
+    @property
+    def commands(self) -> dict:
+        """name -> sub-command, made on first use from the registry."""
+        for name, adapters in _by_command().items():
+            if name not in self._commands:
+                self._commands[name] = _train_command(name, adapters)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value) -> None:
+        self._commands = dict(value or {})
+
     def list_commands(self, ctx):
-        return list(_by_command())
+        return list(self.commands)
 
     def get_command(self, ctx, name):
-        adapters = _by_command().get(name)
-        return None if adapters is None else _train_command(name, adapters)
+        return self.commands.get(name)
 
 
 @click.group("train", cls=TrainCommands)

@@ -22,7 +22,9 @@ its group's key and value head); key/value groups by linear assignment on the su
 within-group query assignment, then that assignment inside the groups; per-kv-head maps are fitted on the factors
 of all their query heads side by side. Under RoPE (`scale-rotation` QK maps) heads are compared on their per-plane
 circuits (rotary_circuit_similarity), which see exactly what rotary attention computes (chosen on the Llama
-tuning pair, decision D10), so it is the default. `scale-rotation` QK maps are solved per rotary plane in closed form
+tuning pair, decision D10), so it is the default. The head comparison and the per-head fit of each role belong to
+its declared kind (Kind.head_similarity, head_problem / solve_head_problems; glmc/symmetry/kinds, solvers.py), so a
+new kind brings its own. `scale-rotation` QK maps are solved per rotary plane in closed form
 (a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
 with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).

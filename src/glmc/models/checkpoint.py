@@ -26,8 +26,6 @@ from pathlib import Path
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
 from glmc.memory import FilePages, register_weight_files, trim
 
-HF_CONFIG = "config.json"
-TIMM_CONFIG = "timm_config.json"
 RECORD = "glmc.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
@@ -56,17 +54,26 @@ def load_checked(path):
     return model, record
 
 
+def config_files() -> dict[str, str]:
+    """{config file name: whose format it is} of every registered family (Adapter.config_file, config_format)."""
+    from glmc.adapters import ADAPTERS
+
+    return {cls.config_file: cls.config_format for cls in ADAPTERS}
+
+
 def check_files(path) -> None:
     """Everything about the directory `path` that can be checked without loading the model."""
+    configs = config_files()
+    either = " or ".join(configs)
     p = Path(path)
     if not p.exists():
         raise BadCheckpoint(f"model directory not found: {path}")
     if not p.is_dir():
         raise BadCheckpoint(f"{path} is a file, not a model directory (give the directory that holds "
-                            f"{HF_CONFIG} or {TIMM_CONFIG} and *.safetensors)")
+                            f"{either} and *.safetensors)")
     files = sorted(f.name for f in p.iterdir() if f.is_file())
     if not files:
-        raise BadCheckpoint(f"{path} is empty: expected a model directory ({HF_CONFIG} or {TIMM_CONFIG} and "
+        raise BadCheckpoint(f"{path} is empty: expected a model directory ({either} and "
                             "model.safetensors, as glmc train or save_pretrained writes)")
     from glmc.adapters.files import pickled_headers, weight_files
 
@@ -75,12 +82,11 @@ def check_files(path) -> None:
     if kind is None and pickled:
         raise BadCheckpoint(f"{path} has only pickle weights ({', '.join(pickled)}) and no pytorch_model.bin: glmc "
                             "reads no other pickle file; convert to safetensors (save_pretrained(DIR))")
-    has_hf, has_timm = (p / HF_CONFIG).is_file(), (p / TIMM_CONFIG).is_file()
-    if not (has_hf or has_timm):
+    if not any((p / name).is_file() for name in configs):
         listed = ", ".join(files[:6]) + (", …" if len(files) > 6 else "")
-        raise BadCheckpoint(f"{path} holds no model (files: {listed}): expected {HF_CONFIG} (Hugging Face) or "
-                            f"{TIMM_CONFIG} (timm) beside *.safetensors")
-    for name in (HF_CONFIG, TIMM_CONFIG, RECORD):
+        described = " or ".join(f"{name} ({what})" for name, what in configs.items())
+        raise BadCheckpoint(f"{path} holds no model (files: {listed}): expected {described} beside *.safetensors")
+    for name in (*configs, RECORD):
         if (p / name).is_file():
             _read_json(p / name)
     if not weights:
@@ -123,15 +129,15 @@ def _check_weights(p: Path, header: dict) -> None:
     for name, shape in expected.items():
         key = name if name in header else name.removeprefix(prefix + ".")
         if key not in header:
-            raise BadCheckpoint(f"{p} lacks weight {name!r} that {HF_CONFIG} implies (transformers would initialise "
-                                f"it at random): the checkpoint is incomplete; {RESAVE}")
+            raise BadCheckpoint(f"{p} lacks weight {name!r} that {adapter.config_file} implies (transformers would "
+                                f"initialise it at random): the checkpoint is incomplete; {RESAVE}")
         dtype, have, file = header[key]
         if dtype not in FLOAT_DTYPES:
             raise BadCheckpoint(f"{p / file}: weight {key!r} is stored as {dtype}; glmc needs floating-point weights "
                                 f"({', '.join(FLOAT_DTYPES)}): save the model with float weights")
         if have != shape:
-            raise BadCheckpoint(f"{p / file}: weight {key!r} has shape {list(have)} but {HF_CONFIG} implies "
-                                f"{list(shape)}: the weights and the config do not belong together")
+            raise BadCheckpoint(f"{p / file}: weight {key!r} has shape {list(have)} but {adapter.config_file} "
+                                f"implies {list(shape)}: the weights and the config do not belong together")
 
 
 def check_finite(model, path) -> None:

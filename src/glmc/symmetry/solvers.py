@@ -66,7 +66,9 @@ def best_complex_scale(zx_b, zx_a, zy_b, zy_a, nx, ny) -> torch.Tensor:
                 + ((zy_b / cs.conj()[..., None] - zy_a).abs() ** 2).sum(-1) / ny)
 
     losses = torch.stack([loss(c) for c in cands]).nan_to_num(float("inf"))
-    return cands.gather(0, losses.argmin(0, keepdim=True))[0]
+    best = cands.gather(0, losses.argmin(0, keepdim=True))[0]
+    # an all-zero entry (a zero-padded head or unit of an embedded narrower model) fits any c: keep it invertible
+    return best.where(best.abs() > 1e-12, torch.ones_like(best))
 
 
 def fit_scale_rotation(xa, xb, ya, yb) -> torch.Tensor:
