@@ -61,7 +61,9 @@ class Arch:
     weight_matching: str = "glmc"
 
     def __post_init__(self):
-        from glmc.symmetry.declarations import check_block, standard_norms
+        from dataclasses import replace
+
+        from glmc.symmetry.declarations import check_block, residual_bound, residual_norm_actions, standard_norms
 
         check_block(self.block)
         if not self.norms:
@@ -70,13 +72,23 @@ class Arch:
             from glmc.symmetry.spec import transformer_groups
 
             residual = "orthogonal-fixing-ones" if self.norm == "layernorm" else "orthogonal"
+            # norms on the stream's coordinates leave (signed) permutations only (glmc/symmetry/declarations.py)
+            residual = residual_bound(self.norms) or residual
             self.groups = transformer_groups(self.d_model, self.n_head, self.d_head, self.d_mlp, self.relu,
                                              residual, drop=self.unsupported)
+        stream_rows = residual_norm_actions(self.norms)
+        if stream_rows and "residual" in self.groups:  # their gains and biases are residual tensors
+            spec = self.groups["residual"]
+            extra = tuple(a for a in stream_rows if a not in spec.acts)
+            self.groups = {**self.groups, "residual": replace(spec, acts=spec.acts + extra)}
 
     @property
     def centred_stream(self) -> bool:
-        """Whether every reader sees the stream through a mean-subtracting norm (so writers may be centred)."""
-        return all(n.centres for n in self.norms.values() if n.placement == "input")
+        """Whether every reader sees the stream through a mean-subtracting norm (so writers may be centred): there
+        are norms before the sublayers and all of them subtract the mean. A post-norm model's readers see the
+        stream itself, which a LayerNorm's bias moves off mean zero."""
+        inputs = [n for n in self.norms.values() if n.placement == "input"]
+        return bool(inputs) and all(n.centres for n in inputs)
 
     @property
     def relu(self) -> bool:
@@ -221,6 +233,11 @@ class Adapter:
         args, kwargs = self.native_inputs(model, batch)
         out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
         return self.output_logits(model, out)
+
+    def side_outputs(self, model, batch: dict) -> dict[str, torch.Tensor]:
+        """Outputs besides the logits that a symmetry must also keep (BertForPreTraining's next-sentence logits):
+        `glmc verify` compares them too. Empty for most models."""
+        return {}
 
     def output_head(self, model) -> str | None:
         """The name of the linear module that turns the final hidden states into the logits, where a training loss
