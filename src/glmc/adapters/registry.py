@@ -8,13 +8,14 @@ from pathlib import Path
 import torch
 
 from glmc.adapters.base import Adapter, UnsupportedModel
+from glmc.adapters.bert import BertAdapter, RobertaAdapter
 from glmc.adapters.common import hf_config
 from glmc.adapters.gpt2 import GPT2Adapter
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.llama import LlamaAdapter
 from glmc.adapters.timm_vit import TimmViTAdapter
 
-ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter]
+ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, BertAdapter, RobertaAdapter]
 FAMILIES = tuple(cls.family for cls in ADAPTERS)
 
 
