@@ -146,6 +146,8 @@ class Adapter:
     # of Shakespeare (vocabulary and context come from the data), and what to call them; empty: no demo
     demo_shape: dict = {}
     demo_label: str = ""
+    # the data spec the demo trains on (glmc.data.parse_spec; `context` is the demo preset's)
+    demo_data = staticmethod(lambda context: {"source": "shakespeare", "tokenizer": "char", "context": context})
 
     @staticmethod
     def matches(model) -> bool:

@@ -143,7 +143,9 @@ class BertAdapter(Adapter):
     presets = PRESETS
     model_options = ("layers", "width", "heads", "mlp", "dropout", "tied", "activation")
     demo_shape = dict(layers=2, width=64, heads=4, mlp=256, dropout=0.0, tied=True, activation="gelu")
-    demo_label = "BERT encoders (post-LN, masked LM)"
+    demo_label = "BERT encoders (post-LN, masked LM, WordPiece 1000)"
+    demo_data = staticmethod(lambda context: {"task": "mlm", "source": "shakespeare", "tokenizer": "wordpiece:1000",
+                                              "context": context, "style": "bert"})
     train_help = ("A post-LN BERT encoder (BertForMaskedLM) on the masked-LM task: 15 % of the tokens of [CLS] … [SEP] "
                   "blocks masked, with its own WordPiece tokenizer trained on the corpus. Preset: cpu (4 layers, "
                   "width 128, 4 heads, MLP 512, blocks of 64 tokens, WordPiece 2000, tied decoder, 1000 steps).")
