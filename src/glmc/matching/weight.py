@@ -817,6 +817,11 @@ def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, 
     from glmc.matching.paper import paper_weight_matching
 
     t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
+    from glmc.matching.declared import match_declared
+
+    # the adapter's own groups (an MLM head's units, a pooler), which the paper's alternation does not know
+    t.elements.update(match_declared(view_a, view_b, arch, {"residual": t.elements["residual"]}
+                                     if "residual" in t.elements else {}))
     if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
         maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
         t = t.then(maps, arch)
