@@ -41,7 +41,8 @@ def resolve_data(data, model, required: str | None = None):
         spec_task = glmc.data.parse_spec(data)["task"]
         where = str(source) if source is not None else "the model"
         check_data_task(spec_task, data if isinstance(data, str) else str(data.get("source")), model, where)
-        use_tokenizer = source if spec_task == "lm" and source is not None and _has_tokenizer(source) else None
+        use_tokenizer = (source if spec_task in ("lm", "mlm") and source is not None and _has_tokenizer(source)
+                         else None)
         ds = glmc.data.load(data, use_tokenizer=use_tokenizer)
         check_data_fits(ds, model, where)
         return ds
