@@ -223,7 +223,8 @@ def check_data_task(data_task: str, source: str, model, path) -> None:
     adapter = adapter_for(model)
     task = adapter.arch(model).task
     if data_task != task:
-        kinds = {"lm": "text (a language model)", "mlm": "masked-LM text (a masked language model)", "cls": "images (a classifier)"}
+        kinds = {"lm": "text (a language model)", "mlm": "masked-LM text (a masked language model)",
+                 "cls": "images (a classifier)"}
         raise IncompatibleModels(f"{path} is a {adapter.family} model for {kinds.get(task, task)}, but the data "
                                  f"{source!r} is {kinds.get(data_task, data_task).split(' (')[0]}: "
                                  "give matching --data")
