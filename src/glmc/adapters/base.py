@@ -105,7 +105,9 @@ class TrainOption:
     field the adapter's train_data reads, or a TrainConfig field."""
 
     name: str  # python name; the flag is --name with "_" → "-"
-    type: str = "count"  # "count" (int ≥ 1) | "int" (≥ minimum) | "choice" | "switch" (--name/--off) | "text"
+    # "count" (int ≥ 1) | "int" (≥ minimum) | "fraction" (float in (0, 1]) | "choice" | "switch" (--name/--off) |
+    # "text"
+    type: str = "count"
     help: str = ""
     choices: tuple = ()
     default: object = None  # None: take it from the preset

@@ -11,6 +11,7 @@ from glmc.errors import GlmcError
 BUDGET = ("steps", "epochs", "minutes")
 COUNT, NATURAL = click.IntRange(min=1), click.IntRange(min=0)  # option value types: ≥ 1, ≥ 0
 POSITIVE, NON_NEGATIVE = click.FloatRange(min=0, min_open=True), click.FloatRange(min=0)
+FRACTION = click.FloatRange(min=0, max=1, min_open=True)
 
 
 COMMON = ("preset", "seed", "out", "overwrite", "layers", "width", "heads", "mlp", "dropout", "steps", "epochs",
@@ -80,7 +81,7 @@ def _option(o):
     flag = "--" + o.name.replace("_", "-")
     if o.type == "switch":
         return click.option(f"{flag}/--{o.off}", o.name, default=None, help=o.help)
-    types = {"count": COUNT, "int": click.IntRange(min=o.minimum), "text": str}
+    types = {"count": COUNT, "int": click.IntRange(min=o.minimum), "text": str, "fraction": FRACTION}
     kind = click.Choice(list(o.choices)) if o.type == "choice" else types[o.type]
     return click.option(flag, o.name, type=kind, default=o.default, show_default=o.default is not None,
                         help=o.help or None)
