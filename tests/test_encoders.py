@@ -204,3 +204,31 @@ def test_aligned_and_merged_encoders_load_as_masked_lms_and_fill_masks(text_file
         assert len(guesses) == 5 and all(isinstance(g["token_str"], str) for g in guesses)
     aligned = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "aligned")).eval()
     assert change(original, aligned) <= 1e-4
+
+
+# ---------------------------------------------------------------------------------------------- the new pieces
+
+def test_sign_permutations_are_found_with_their_sign_and_gains_move_without_it():
+    from glmc.symmetry.elements import DenseMap, IndexMap, PermutationDenseMap
+
+    gen = torch.Generator().manual_seed(3)
+    k = kind("sign-permutation")
+    for sign in (1.0, -1.0):
+        p = torch.eye(6, dtype=torch.float64)[:, torch.randperm(6, generator=gen)] * sign
+        found = k.nearest(2.0 * p + 0.1 * torch.rand(6, 6, generator=gen, dtype=torch.float64)).matrix
+        assert torch.equal(found, p)
+    for _ in range(8):  # random elements carry one sign for every coordinate
+        m = k.random(5, None, gen).matrix
+        assert len(set(m[m != 0].tolist())) == 1
+    gain = torch.rand(4, 6, generator=gen, dtype=torch.float64) + 0.5
+    p = torch.eye(6, dtype=torch.float64)[:, torch.randperm(6, generator=gen)]
+    assert torch.equal(LinearMap(-p).act(gain, -1, "gain"), gain @ p)
+    assert torch.equal(IndexMap(p.argmax(0)).act(gain, -1, "gain"), gain @ p)
+    assert torch.allclose(DenseMap(-p).act(gain, -1, "gain"), gain @ p)
+    # learned matching's straight-through form: the same values, and a gradient into every latent entry
+    z = (-p + 0.01 * torch.rand(6, 6, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    hard = kind("sign-permutation").project(z)
+    out = PermutationDenseMap(hard).act(gain, -1, "gain")
+    assert torch.allclose(out, gain @ p)
+    out.sum().backward()
+    assert z.grad is not None and bool((z.grad != 0).all())
