@@ -232,3 +232,21 @@ def test_sign_permutations_are_found_with_their_sign_and_gains_move_without_it()
     assert torch.allclose(out, gain @ p)
     out.sum().backward()
     assert z.grad is not None and bool((z.grad != 0).all())
+
+
+def test_a_text_source_on_the_command_line_is_read_as_the_encoders_blocks(text_file, tmp_path):
+    import glmc.data
+    from glmc.adapters import adapter_named
+    from glmc.models import save_model
+
+    ds = glmc.data.load({"task": "mlm", "source": f"text:{text_file}", "tokenizer": "wordpiece:120", "context": 24})
+    torch.manual_seed(0)
+    model = adapter_named("bert").build(**adapter_named("bert").data_shape(ds), layers=1, width=16, heads=2, mlp=24)
+    save_model(model, tmp_path / "m", tokenizer=ds.tokenizer)
+    out = run_cli("barrier", tmp_path / "m", tmp_path / "m", "--data", f"text:{text_file}", "--points", 2,
+                  "--json", tmp_path / "b.json", "--no-progress")
+    assert "none" in out
+    import json
+
+    spec = json.loads((tmp_path / "b.json").read_text())["data"]
+    assert spec["task"] == "mlm" and spec["context"] == 24 and spec["tokenizer"].startswith("pretrained:")

@@ -171,6 +171,12 @@ class Adapter:
         may complete or refuse (raise BadOption); `given`: the names the user set; `log(msg)` tells the user."""
         return {"source": p["data"], "tokenizer": p["tokenizer"], "context": p["context"]}
 
+    def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
+        """The data spec under which `model` reads the text source `source` given on the command line (--data), when
+        that is not the plain one (glmc.data.parse_spec): an encoder's masked-LM blocks, with the tokenizer saved
+        in `tokenizer_dir`. None: the plain spec."""
+        return None
+
     def check_supported(self, model) -> None:
         """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""
 

@@ -313,6 +313,23 @@ class BertAdapter(Adapter):
         return {"vocab_size": ds.vocab_size, "context": ds.context + (2 if self.model_type == "roberta" else 0),
                 "pad_token_id": ds.pad_id}
 
+    def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
+        """A text source read as masked-LM blocks of the model's length, with the tokenizer saved beside it."""
+        from pathlib import Path
+
+        from glmc.data import task_of
+
+        try:
+            if task_of(source) != "lm":
+                return None  # not text (an image set): refused later by name
+        except ValueError:
+            return None  # an unknown source: refused later by name
+        if not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+            raise ValueError(f"{tokenizer_dir} holds no tokenizer.json; a masked LM reads text with its own tokenizer "
+                             "(--tokenizer DIR)")
+        return {"task": "mlm", "source": source, "tokenizer": f"pretrained:{Path(tokenizer_dir).resolve()}",
+                "context": self.max_tokens(model), "style": self.model_type}
+
     def training_data(self, p: dict, given: set, log) -> dict:
         tokenizer = p.pop("tokenizer", None) or f"{'wordpiece' if self.model_type == 'bert' else 'bpe'}:{p['vocab']}"
         return {"task": "mlm", "source": p["data"], "tokenizer": tokenizer, "context": p["context"],

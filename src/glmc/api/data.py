@@ -35,6 +35,11 @@ def resolve_data(data, model, required: str | None = None):
         return None
     if hasattr(data, "batches") and hasattr(data, "task"):
         return data
+    if isinstance(data, str) and source is not None:  # a text source read the model's own way (an encoder's blocks)
+        try:
+            data = adapter_for(model).text_data(model, data, source) or data
+        except ValueError as e:
+            raise BadData(str(e)) from None
     if isinstance(data, (str, dict)) and not is_batch_source(data):
         from glmc.models.checkpoint import check_data_fits, check_data_task
 

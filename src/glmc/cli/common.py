@@ -110,6 +110,10 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
     sees the same ones. With `model` (loaded from `model_dir`), data it cannot be evaluated on is refused."""
     import glmc.data
 
+    if model is not None and isinstance(data, str):  # a text source for a model that reads text its own way
+        from glmc.adapters import adapter_for
+
+        data = adapter_for(model).text_data(model, data, tokenizer or model_dir) or data
     if model is not None and data is not None:  # before reading the data (or a tokenizer the model lacks)
         from glmc.models.checkpoint import check_data_task
 
@@ -122,7 +126,8 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
         if data is None:
             ds = glmc.data.load_for_model(model_dir)
         else:
-            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if glmc.data.task_of(data) == "lm"
+            source = data if isinstance(data, str) else data.get("source", "")
+            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if glmc.data.task_of(source) == "lm"
                                                                  else None))
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from None
