@@ -36,9 +36,10 @@ from glmc.view.model_ops import canonical_model, logits, transform_model
 TOL = 1e-4  # function preservation (max |Δlogits|, |Δloss|) and weight restoration
 MATCH_TOL = 1e-6  # relative weight distance after weight matching recovers a planted symmetry
 NORM_GAINS = ("ln1.w", "ln2.w", "ln_final.w", "ls1", "ls2")  # canonical keys a factory must move off identity
-# canonical keys no symmetry group acts on: norm gains and LayerScale (folded), the classifier bias (class space),
+# canonical keys no symmetry group acts on: norm gains and LayerScale (folded), output biases (class or vocabulary
+# space; an MLM head's own bias parameter, head.b0),
 # timm's per-head q_norm / k_norm (shared by all heads, so head permutations leave them alone)
-UNTOUCHED = NORM_GAINS + ("head.b", "q_norm.w", "q_norm.b", "k_norm.w", "k_norm.b")
+UNTOUCHED = NORM_GAINS + ("head.b", "head.b0", "q_norm.w", "q_norm.b", "k_norm.w", "k_norm.b")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -325,7 +326,7 @@ class AdapterConformance:
                         [eye[:, torch.randperm(spec.size, generator=gen)] for _ in range(n)]))
         model_b = adapter.from_canonical(planted.apply(view_a, arch), model)
         x = probe_inputs(model, n=16)
-        batch = x if adapter.task == "lm" else (x, torch.zeros(x.shape[0], dtype=torch.long))
+        batch = x if adapter.task in ("lm", "mlm") else (x, torch.zeros(x.shape[0], dtype=torch.long))
         data = IterableData([batch], adapter.task)
         try:
             found = activation_align(model, model_b, data=data, batches=1, progress=False, residual=residual)

@@ -18,6 +18,8 @@ SHAPES = {
     "qwen3": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
     "gemma": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
     "olmo": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False, clip_qkv=8.0),
+    "bert": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, tied=False),
+    "roberta": dict(vocab_size=30, context=14, layers=1, width=16, heads=2, mlp=24, tied=False),
 }
 
 
@@ -62,10 +64,11 @@ def test_forward_maps_a_data_batch_to_each_native_call():
         batch = {adapter.input_key: x, ("targets" if adapter.task == "lm" else "labels"): torch.zeros(3).long()}
         out = forward(model, batch)
         classes = shape.get("num_classes", shape.get("vocab_size"))
-        assert out.shape == ((3, 5, classes) if adapter.task == "lm" else (3, classes))
+        assert out.shape == ((3, 5, classes) if adapter.task in ("lm", "mlm") else (3, classes))
         # substituted parameters are used (zeroed head: constant logits), and the model keeps its own
         view = adapter.to_canonical(model)
-        view.update({k: torch.zeros_like(view[k]) for k in ("head.w", "head.b") if k in view})
+        view.update({k: torch.zeros_like(view[k]) for k in ("head.w", "head.b", "mlm_head.w", "mlm_head.b")
+                     if k in view})
         zeroed = forward(model, batch, adapter.native_state(view, model))
         assert float(zeroed.std(-1).max()) < 1e-6 < float(out.std(-1).max())
         assert torch.equal(forward(model, batch), out)

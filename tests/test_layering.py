@@ -64,7 +64,9 @@ def test_family_knowledge_stays_in_the_adapters():
 # Words of native names that are also the field's ordinary vocabulary (and glmc's: its norm kinds, parameter
 # roles); a native name is forbidden by its distinctive words (c_attn, q_proj, embed_tokens, …).
 GENERIC = {"weight", "bias", "model", "layers", "norm", "attention", "gamma", "qkv", "layernorm", "proj", "embeddings",
-           "projection", "transformer", "dense"}
+           "projection", "transformer", "dense",
+           # BERT's attention.self.query / key / value, attention.output, encoder.layer, LayerNorm
+           "key", "value", "output", "self", "query", "layer", "LayerNorm"}
 
 
 def _forbidden_names() -> dict[str, str]:

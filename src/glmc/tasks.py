@@ -1,7 +1,7 @@
 """Tasks: what a model is trained and evaluated on, declared by its adapter (Adapter.task) and by every data set
 (`.task`). A task names the batch key of the model input and of the targets, and what one prediction is;
 the loss (cross-entropy over every target that is not IGNORE_INDEX) and accuracy are the same for all of them,
-so a new task (the masked-LM task of an encoder family) is one `register_task` call here.
+so a new task is one `register_task` call here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def register_task(task: Task) -> Task:
 
 register_task(Task("lm", "input_ids", "targets", "tokens", "causal language modelling", per_position=True))
 register_task(Task("cls", "pixel_values", "labels", "images", "image classification"))
+# masked language modelling (glmc/data/mlm.py): the targets are the original tokens at the masked positions and
+# IGNORE_INDEX elsewhere, so loss and accuracy count the masked positions only
+register_task(Task("mlm", "input_ids", "masked_targets", "tokens", "masked language modelling", per_position=True))
 
 
 def task(name: str) -> Task:
@@ -40,7 +43,11 @@ def task(name: str) -> Task:
 
 
 def task_of_batch(batch: dict) -> str:
-    """The task whose input key the batch holds (for callers that pass no task)."""
+    """The task whose input and target keys the batch holds, else the first whose input key it holds (for callers
+    that pass no task)."""
+    for t in TASKS.values():
+        if t.input_key in batch and t.target_key in batch:
+            return t.name
     for t in TASKS.values():
         if t.input_key in batch:
             return t.name

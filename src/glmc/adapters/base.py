@@ -61,7 +61,9 @@ class Arch:
     weight_matching: str = "glmc"
 
     def __post_init__(self):
-        from glmc.symmetry.declarations import check_block, standard_norms
+        from dataclasses import replace
+
+        from glmc.symmetry.declarations import check_block, residual_bound, residual_norm_actions, standard_norms
 
         check_block(self.block)
         if not self.norms:
@@ -70,13 +72,23 @@ class Arch:
             from glmc.symmetry.spec import transformer_groups
 
             residual = "orthogonal-fixing-ones" if self.norm == "layernorm" else "orthogonal"
+            # norms on the stream's coordinates leave (signed) permutations only (glmc/symmetry/declarations.py)
+            residual = residual_bound(self.norms) or residual
             self.groups = transformer_groups(self.d_model, self.n_head, self.d_head, self.d_mlp, self.relu,
                                              residual, drop=self.unsupported)
+        stream_rows = residual_norm_actions(self.norms)
+        if stream_rows and "residual" in self.groups:  # their gains and biases are residual tensors
+            spec = self.groups["residual"]
+            extra = tuple(a for a in stream_rows if a not in spec.acts)
+            self.groups = {**self.groups, "residual": replace(spec, acts=spec.acts + extra)}
 
     @property
     def centred_stream(self) -> bool:
-        """Whether every reader sees the stream through a mean-subtracting norm (so writers may be centred)."""
-        return all(n.centres for n in self.norms.values() if n.placement == "input")
+        """Whether every reader sees the stream through a mean-subtracting norm (so writers may be centred): there
+        are norms before the sublayers and all of them subtract the mean. A post-norm model's readers see the
+        stream itself, which a LayerNorm's bias moves off mean zero."""
+        inputs = [n for n in self.norms.values() if n.placement == "input"]
+        return bool(inputs) and all(n.centres for n in inputs)
 
     @property
     def relu(self) -> bool:
@@ -141,6 +153,8 @@ class Adapter:
     # stored tensor name (regex) -> the name the model class loads, for names transformers does not rename itself
     # (its own legacy renames, glmc/adapters/files.py LEGACY_RENAMES, apply to every family)
     renames: dict[str, str] = {}
+    # the data spec the demo trains on (glmc.data.parse_spec; `context` is the demo preset's)
+    demo_data = staticmethod(lambda context: {"source": "shakespeare", "tokenizer": "char", "context": context})
 
     @staticmethod
     def matches(model) -> bool:
@@ -161,6 +175,12 @@ class Adapter:
         """The glmc.data spec a `glmc train` run reads, from the merged settings `p` (preset + options), which it
         may complete or refuse (raise BadOption); `given`: the names the user set; `log(msg)` tells the user."""
         return {"source": p["data"], "tokenizer": p["tokenizer"], "context": p["context"]}
+
+    def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
+        """The data spec under which `model` reads the text source `source` given on the command line (--data), when
+        that is not the plain one (glmc.data.parse_spec): an encoder's masked-LM blocks, with the tokenizer saved
+        in `tokenizer_dir`. None: the plain spec."""
+        return None
 
     def check_supported(self, model) -> None:
         """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""
@@ -228,6 +248,11 @@ class Adapter:
         args, kwargs = self.native_inputs(model, batch)
         out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
         return self.output_logits(model, out)
+
+    def side_outputs(self, model, batch: dict) -> dict[str, torch.Tensor]:
+        """Outputs besides the logits that a symmetry must also keep (BertForPreTraining's next-sentence logits):
+        `glmc verify` compares them too. Empty for most models."""
+        return {}
 
     def output_head(self, model) -> str | None:
         """The name of the linear module that turns the final hidden states into the logits, where a training loss

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from glmc.adapters.base import Adapter, UnsupportedModel
+from glmc.adapters.bert import BertAdapter, RobertaAdapter
 from glmc.adapters.common import hf_config
 from glmc.adapters.gemma import GemmaAdapter
 from glmc.adapters.gpt2 import GPT2Adapter
@@ -19,7 +20,7 @@ from glmc.adapters.qwen3 import Qwen3Adapter
 from glmc.adapters.timm_vit import TimmViTAdapter
 
 ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, NeoXAdapter, Qwen3Adapter,
-                                 GemmaAdapter, OlmoAdapter]
+                                 GemmaAdapter, OlmoAdapter, BertAdapter, RobertaAdapter]
 FAMILIES = tuple(cls.family for cls in ADAPTERS)
 
 

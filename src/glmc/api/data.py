@@ -37,13 +37,19 @@ def resolve_data(data, model, required: str | None = None):
         return None
     if hasattr(data, "batches") and hasattr(data, "task"):
         return data
+    if isinstance(data, str) and source is not None:  # a text source read the model's own way (an encoder's blocks)
+        try:
+            data = adapter_for(model).text_data(model, data, source) or data
+        except ValueError as e:
+            raise BadData(str(e)) from None
     if isinstance(data, (str, dict)) and not is_batch_source(data):
         from glmc.models.checkpoint import check_data_fits, check_data_task, data_options_for
 
         spec_task = glmc.data.parse_spec(data)["task"]
         where = str(source) if source is not None else "the model"
         check_data_task(spec_task, data if isinstance(data, str) else str(data.get("source")), model, where)
-        use_tokenizer = source if spec_task == "lm" and source is not None and _has_tokenizer(source) else None
+        use_tokenizer = (source if spec_task in ("lm", "mlm") and source is not None and _has_tokenizer(source)
+                         else None)
         fitted = data_options_for(model, data) if spec_task == "lm" else {}
         ds = glmc.data.load(data, use_tokenizer=use_tokenizer, use_preprocessor=source if spec_task == "cls" else None,
                             **fitted)

@@ -23,7 +23,8 @@ from glmc.cli.common import (
 @click.command("barrier")
 @click.argument("models", nargs=-1, required=True, type=MODEL)
 @click.option("--align", "methods", default="none", show_default=True,
-              help="Comma-separated alignment methods: none, weight, activation, learned, learned-perm.")
+              help="Comma-separated alignment methods: none, weight, activation, activation-perm (Verma & Elbayad: a "
+              "permutation of the residual stream), learned, learned-perm.")
 @click.option("--points", default=11, show_default=True, type=click.IntRange(min=2),
               help="λ grid points, endpoints included.")
 @data_options

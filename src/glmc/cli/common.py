@@ -225,6 +225,10 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
     sees the same ones. With `model` (loaded from `model_dir`), data it cannot be evaluated on is refused."""
     import glmc.data
 
+    if model is not None and isinstance(data, str):  # a text source for a model that reads text its own way
+        from glmc.adapters import adapter_for
+
+        data = adapter_for(model).text_data(model, data, tokenizer or model_dir) or data
     if model is not None and data is not None:  # before reading the data (or a tokenizer the model lacks)
         from glmc.models.checkpoint import check_data_task
 
@@ -239,10 +243,12 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
         else:
             from glmc.models.checkpoint import data_options_for
 
-            lm = glmc.data.task_of(data) == "lm"
-            fitted = data_options_for(model, data) if model is not None and lm else {}
-            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if lm else None),
-                                use_preprocessor=None if lm else model_dir, **fitted)
+            source = data if isinstance(data, str) else data.get("source", "")
+            text = glmc.data.task_of(source) == "lm"  # a text source, read with the model's own tokenizer
+            causal = text and (isinstance(data, str) or data.get("task", "lm") == "lm")
+            fitted = data_options_for(model, data) if model is not None and causal else {}
+            ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if text else None),
+                                use_preprocessor=None if text else model_dir, **fitted)
     except (FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if model is not None:

@@ -56,7 +56,9 @@ def _train_or_reuse(out_dir, family, seed, steps, context, progress):
         return
     click.echo(f"training {out_dir} (seed {seed}, {steps} steps)…")
     cfg = TrainConfig(seed=seed, **{**DEMO_TRAIN, "steps": steps})
-    data = {"source": "shakespeare", "tokenizer": "char", "context": context}
+    from glmc.adapters import adapter_named
+
+    data = adapter_named(family).demo_data(context)
     _, rec = run(family, data, shape, cfg, out=out_dir, progress=progress, overwrite=True,
                  log=lambda msg: None)
     rec["demo"] = wanted

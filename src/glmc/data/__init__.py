@@ -1,4 +1,5 @@
-"""Offline data sets for glmc: text corpora with tokenizers (task "lm") and image sets (task "cls").
+"""Offline data sets for glmc: text corpora with tokenizers (task "lm"; "mlm" for encoders, glmc/data/mlm.py) and
+image sets (task "cls").
 
     ds = glmc.data.load("shakespeare")                      # or a spec dict, e.g. record["data"]
     ds = glmc.data.load(record["data"], use_tokenizer=model_dir)  # reuse the tokenizer saved with a model
@@ -44,6 +45,10 @@ def load(spec, *, use_tokenizer=None, use_preprocessor=None, **options):
         return _CACHE[key]
     if full["task"] == "lm":
         ds = load_lm(full, use_tokenizer)
+    elif full["task"] == "mlm":
+        from .mlm import load_mlm
+
+        ds = load_mlm(full, use_tokenizer)
     else:
         if use_tokenizer is not None:
             raise ValueError("a tokenizer was given for image data")
@@ -61,5 +66,5 @@ def load_for_model(model_dir, **options):
     record = json.loads(record_path.read_text())
     if "data" not in record:
         raise ValueError(f"{record_path} has no 'data' entry")
-    tok = model_dir if record["data"].get("task") == "lm" else None
+    tok = model_dir if record["data"].get("task") in ("lm", "mlm") else None
     return load(record["data"], use_tokenizer=tok, **options)

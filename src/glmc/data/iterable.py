@@ -4,6 +4,9 @@ Each item becomes a glmc batch dict:
   language models   a LongTensor of token ids [B, T+1] (inputs and next-token targets are its shifts); a dict with
                     ``input_ids`` (and optionally ``labels``, Hugging Face style: shifted here, -100 ignored) or
                     with ``input_ids`` and already-shifted ``targets``; or an ``(input_ids, targets)`` pair
+  masked LMs        a LongTensor of token ids [B, T] (every token a target), or a dict with ``input_ids`` and
+                    optionally ``attention_mask``, ``token_type_ids`` and ``masked_targets`` (or HF-style ``labels``:
+                    -100 where nothing is predicted)
   classifiers       an ``(images, labels)`` pair (torchvision style) or a dict with ``pixel_values`` and ``labels``
 
 A single iterable serves every split; a dict ``{"train": …, "val": …, "test": …}`` gives each split its own
@@ -37,8 +40,8 @@ class IterableData:
     """A glmc data set (``task``, ``spec``, ``batches``, ``num_batches``, ``describe``) over the caller's batches."""
 
     def __init__(self, data, task: str):
-        if task not in ("lm", "cls"):
-            raise ValueError(f"task must be 'lm' or 'cls', got {task!r}")
+        if task not in ("lm", "mlm", "cls"):
+            raise ValueError(f"task must be 'lm', 'mlm' or 'cls', got {task!r}")
         splits = dict(data) if isinstance(data, Mapping) else {"train": data}
         unknown = sorted(set(splits) - set(SPLITS))
         if unknown:
@@ -76,6 +79,8 @@ def as_batch(item, task: str) -> dict:
     """One item of the caller's iterable as a glmc batch dict (see the module docstring)."""
     if task == "lm":
         return _lm_batch(item)
+    if task == "mlm":
+        return _mlm_batch(item)
     if isinstance(item, Mapping) and "pixel_values" in item and "labels" in item:
         return {"pixel_values": item["pixel_values"], "labels": item["labels"]}
     if isinstance(item, (tuple, list)) and len(item) == 2:
@@ -95,6 +100,17 @@ def _lm_batch(item) -> dict:
         return {"input_ids": item[0], "targets": item[1]}
     raise BadData(f"cannot read a token batch from a {type(item).__name__}; yield LongTensors of token ids "
                           "[batch, length], dicts with input_ids (and labels), or (input_ids, targets) pairs")
+
+
+def _mlm_batch(item) -> dict:
+    if isinstance(item, torch.Tensor) and item.dim() == 2:
+        return {"input_ids": item.long(), "masked_targets": item.long()}
+    if isinstance(item, Mapping) and "input_ids" in item:
+        out = {k: item[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in item}
+        out["masked_targets"] = item.get("masked_targets", item.get("labels", item["input_ids"]))
+        return out
+    raise BadData(f"cannot read a masked-LM batch from a {type(item).__name__}; yield LongTensors of token ids "
+                  "[batch, length] or dicts with input_ids (and attention_mask, token_type_ids, labels)")
 
 
 def _shifted(ids: torch.Tensor, labels: torch.Tensor) -> dict:

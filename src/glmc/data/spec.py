@@ -8,6 +8,11 @@ Language modelling::
     {"task": "lm", "source": "shakespeare" | "python-stdlib" | "text:/abs/path.txt" | a table (see below),
      "tokenizer": "char" | "gpt2" | "bpe:N", "context": 128, "split": {"train": 0.9, "val": 0.05, "test": 0.05}}
 
+Masked language modelling (an encoder's task; glmc/data/mlm.py)::
+
+    {"task": "mlm", "source": <a text source>, "tokenizer": "wordpiece:N" | "bpe:N" | "pretrained:DIR",
+     "context": 64 (block length, special tokens included), "style": "bert" | "roberta", "split": {...}}
+
 Image classification::
 
     {"task": "cls", "source": "mnist" | "fashion-mnist[:DIR]" | "digits" | "cifar10:DIR" | "cifar100:DIR"
@@ -76,8 +81,35 @@ def parse_spec(data, **options) -> dict:
     if "source" not in spec:
         raise ValueError(f"data spec has no 'source': {spec}")
     spec["source"] = _absolute(spec["source"])
+    if spec.get("task") == "mlm":  # text read by an encoder: only an explicit spec asks for it
+        return _complete_mlm(spec)
     spec["task"] = task_of(spec["source"])
     return _complete_lm(spec) if spec["task"] == "lm" else _complete_cls(spec)
+
+
+def _complete_mlm(spec: dict) -> dict:
+    from .mlm import STYLES
+    from .mlm import check_kind as check_mlm_kind
+
+    if task_of(spec["source"]) != "lm":
+        raise ValueError(f"masked-LM data needs a text source, got {spec['source']!r}")
+    unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "style", "text_sha256", "n_chars",
+                           "n_tokens"}
+    if unknown:
+        raise ValueError(f"options {sorted(unknown)} do not apply to masked-LM data {spec['source']!r}")
+    spec.setdefault("style", "bert")
+    if spec["style"] not in STYLES:
+        raise ValueError(f"masked-LM style must be one of {STYLES}, got {spec['style']!r}")
+    spec.setdefault("tokenizer", "wordpiece:2000" if spec["style"] == "bert" else "bpe:2000")
+    spec["tokenizer"] = check_mlm_kind(spec["tokenizer"])
+    if spec["tokenizer"].startswith("pretrained:"):
+        spec["tokenizer"] = _absolute(spec["tokenizer"])
+    spec["context"] = int(spec.get("context", 64))
+    if spec["context"] < 3:
+        raise ValueError(f"a masked-LM block holds two special tokens and at least one more: context >= 3, got "
+                         f"{spec['context']}")
+    spec.setdefault("split", dict(DEFAULT_SPLIT))
+    return spec
 
 
 def _complete_lm(spec: dict) -> dict:

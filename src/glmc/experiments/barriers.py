@@ -32,11 +32,12 @@ def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=Tru
 
 
 def format_table(result: dict) -> str:
-    rows = [f"{'method':<14}{'loss A':>9}{'loss B':>9}{'L(0.5)':>9}{'barrier':>10}{'(mean)':>9}"
+    w = max([14] + [len(m) + 2 for m in result["results"]])
+    rows = [f"{'method':<{w}}{'loss A':>9}{'loss B':>9}{'L(0.5)':>9}{'barrier':>10}{'(mean)':>9}"
             f"{'acc drop':>10}{'align s':>9}{'curve s':>9}"]
     for method, r in result["results"].items():
         mid = r["loss_midpoint"]
-        rows.append(f"{method:<14}{r['loss_endpoints'][0]:>9.4f}{r['loss_endpoints'][1]:>9.4f}"
+        rows.append(f"{method:<{w}}{r['loss_endpoints'][0]:>9.4f}{r['loss_endpoints'][1]:>9.4f}"
                     f"{(mid if mid is not None else float('nan')):>9.4f}{r['loss_barrier']:>10.4f}"
                     f"{r['loss_barrier_mean']:>9.4f}{100 * r['acc_drop']:>9.2f}%"
                     f"{r['align_seconds']:>9.1f}{r['curve_seconds']:>9.1f}")

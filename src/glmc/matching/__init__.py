@@ -18,6 +18,8 @@ METHODS = {
     "none": None,
     "weight": "weight",
     "activation": "activation",
+    # Verma & Elbayad's (TMLR 2024) setting: activation matching with a permutation of the residual stream
+    "activation-perm": "activation",
     "learned": "learned",
     "learned-perm": "learned",
 }
@@ -70,6 +72,8 @@ def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
         return Alignment(model_a, model_b, None, {"method": "none"})
     if method == "learned-perm":
         options["permutations_only"] = True
+    if method == "activation-perm":
+        options["residual"] = "permutation"
     check_options(method, func, options)
     return func(model_a, model_b, **options)
 

@@ -73,8 +73,33 @@ def _float32_cpu_copy(t: torch.Tensor) -> torch.Tensor:
     return t.to(device="cpu", dtype=torch.float64 if t.dtype == torch.float64 else torch.float32, copy=True)
 
 
-def residual_keys(view, n_layer: int) -> list[str]:
-    return expand_keys(RESIDUAL_KEYS, n_layer, view)
+def residual_keys(view, n_layer: int, arch=None) -> list[str]:
+    """The tensors a residual fit stacks: the standard writers, norm biases and readers (residual axis last), and,
+    with `arch`, every other tensor its residual group moves on the last axis alone, co- or contravariantly (an
+    encoder's MLM-head input, a pooler). Tensors it moves otherwise (a norm's gain by "gain", a tied MLM head's
+    dense layer on both axes) are left to residual_actions' callers."""
+    keys = expand_keys(RESIDUAL_KEYS, n_layer, view)
+    if arch is None or "residual" not in arch.groups:
+        return keys
+    acts = residual_actions(view, arch)
+    plain = [k for k in keys if k not in acts or simple_residual(acts[k])]
+    return plain + [k for k, a in acts.items() if k not in plain and simple_residual(a)]
+
+
+def residual_actions(view, arch) -> dict[str, list]:
+    """key -> [(axis, mode), …] of every action of the residual group on `view`."""
+    from glmc.symmetry.spec import instantiate
+
+    group = instantiate({"residual": arch.groups["residual"]}, arch.n_layer, view.keys()).get("residual")
+    out: dict[str, list] = {}
+    for a in group.actions if group is not None else []:
+        out.setdefault(a.key, []).append((a.axis % max(view[a.key].dim(), 1) - view[a.key].dim(), a.mode))
+    return out
+
+
+def simple_residual(acts: list) -> bool:
+    """Whether the residual moves a tensor on its last axis alone, as a writer or a reader."""
+    return len(acts) == 1 and acts[0][0] == -1 and acts[0][1] in ("co", "contra")
 
 
 def view_distance(view_a: dict, view_b: dict) -> float:

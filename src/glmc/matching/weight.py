@@ -50,7 +50,16 @@ from scipy.optimize import linear_sum_assignment
 from tqdm.auto import tqdm
 
 from glmc.errors import BadOption
-from glmc.matching.common import canonical_pair, finish, layer_chunks, residual_keys, squared_norm, view_distance
+from glmc.matching.common import (
+    canonical_pair,
+    finish,
+    layer_chunks,
+    residual_actions,
+    residual_keys,
+    simple_residual,
+    squared_norm,
+    view_distance,
+)
 from glmc.matching.nullspace import free_probes
 from glmc.memory import park, trim
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap, float32_moves
@@ -140,12 +149,21 @@ class ResidualPass:
         d = view_a[keys[0]].shape[-1]
         wanted, rows = set(keys), rows or {}
         cached = None if unmoved is None else unmoved.get(frozenset(elements))
+        # tensors the residual moves other than on the last axis of a fitted tensor (a norm's gain on the stream, a
+        # tied MLM head's dense layer on both axes): kept aside, and measured exactly for each residual element
+        acts = residual_actions(view_b, arch) if "residual" in arch.groups else {}
+        odd = {k for k, a in acts.items() if k not in wanted or not simple_residual(a)}
+        self.arch, self.odd, odd_norm = arch, {}, 0.0
         # [Σ ‖A_t‖², Σ ‖A_t‖² + ‖B′_t‖² over residual tensors (+ the rest's distances), Σ B′_tᵀ·A_t, Σ w_t·B′_tᵀ·A_t]
         moved = [0.0, 0.0, torch.zeros(d, d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)]
         fresh = [0.0, 0.0, torch.zeros(d, d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64)]
         for chunk in layer_chunks(view_b, arch.n_layer):
             part = moved_part(view_b, chunk, elements, arch)
             for k in chunk:
+                if k in odd:
+                    self.odd[k] = (view_a[k], part[k])
+                    odd_norm += squared_norm(view_a[k])
+                    continue
                 same = part[k] is view_b[k]
                 if same and cached is not None:
                     continue
@@ -159,6 +177,7 @@ class ResidualPass:
                 unmoved[frozenset(elements)] = fresh
         _add(moved, cached)
         self.norm_a, self.fixed, self.raw, self.fit = moved
+        self.norm_a += odd_norm
 
     @staticmethod
     def _terms(a, b, residual: bool, weighting: str, mask=None) -> tuple:
@@ -180,7 +199,11 @@ class ResidualPass:
         co, contra = res.act(eye, -1, "co"), res.act(eye, -1, "contra")
         if not (torch.allclose(co, contra, atol=1e-9) and torch.allclose(co @ co.T, eye, atol=1e-9)):
             return None
-        return max(self.fixed - 2 * float((self.raw * co).sum()), 0.0) / self.norm_a
+        odd = 0.0
+        if self.odd:
+            there = apply_elements({k: b for k, (_, b) in self.odd.items()}, {"residual": res}, self.arch, strict=False)
+            odd = sum(squared_norm(a, there[k]) for k, (a, _) in self.odd.items())
+        return (max(self.fixed - 2 * float((self.raw * co).sum()), 0.0) + odd) / self.norm_a
 
 
 def _add(totals: list, terms) -> None:
@@ -509,6 +532,10 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
         for (i, _), c in zip(parts, maps, strict=True):
             t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float().contiguous())
         trim()  # L-BFGS's history and line-search temporaries
+    if permutations:  # the adapter's own groups (an MLM head's hidden units, a pooler), from their declared rows
+        from glmc.matching.declared import match_declared
+
+        t.elements.update(match_declared(view_a, view_b, arch, {} if residual is None else {"residual": residual}))
     return t
 
 
@@ -555,7 +582,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
         raise BadOption(f"unknown residual weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
     residual = residual_kind(arch, residual)
     log = [] if log is None else log
-    keys_all = residual_keys(view_a, arch.n_layer)
+    keys_all = residual_keys(view_a, arch.n_layer, arch)
     t0 = time.perf_counter()
     # the first map's products are the first ResidualPass's for these tensors (no inner element moves them)
     known = {k: ResidualPass._terms(view_a[k], view_b[k], True, weighting, (rows or {}).get(k))
@@ -782,6 +809,11 @@ def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, 
     from glmc.matching.paper import paper_weight_matching
 
     t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
+    from glmc.matching.declared import match_declared
+
+    # the adapter's own groups (an MLM head's units, a pooler), which the paper's alternation does not know
+    t.elements.update(match_declared(view_a, view_b, arch, {"residual": t.elements["residual"]}
+                                     if "residual" in t.elements else {}))
     if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
         maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
         t = t.then(maps, arch)

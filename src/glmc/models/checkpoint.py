@@ -222,7 +222,7 @@ def check_data_fits(ds, model, path) -> None:
     task, sizes = adapter.arch(model).task, _fixed_sizes(adapter, model)
     source = ds.spec.get("source", "?")
     check_data_task(ds.task, source, model, path)
-    if task == "lm" and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
+    if task in ("lm", "mlm") and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
         raise IncompatibleModels(f"the tokenizer of {source!r} has {ds.vocab_size} tokens but {path} has a vocabulary "
                                  f"of {sizes['embed'][0]}: use the model's own tokenizer (--tokenizer {path})")
     if task == "lm" and "pos_embed" in sizes and ds.spec.get("context", 0) > sizes["pos_embed"][0]:
@@ -254,7 +254,8 @@ def check_data_task(data_task: str, source: str, model, path) -> None:
     adapter = adapter_for(model)
     task = adapter.arch(model).task
     if data_task != task:
-        kinds = {"lm": "text (a language model)", "cls": "images (a classifier)"}
+        kinds = {"lm": "text (a language model)", "mlm": "masked-LM text (a masked language model)",
+                 "cls": "images (a classifier)"}
         raise IncompatibleModels(f"{path} is a {adapter.family} model for {kinds.get(task, task)}, but the data "
                                  f"{source!r} is {kinds.get(data_task, data_task).split(' (')[0]}: "
                                  "give matching --data")

@@ -11,10 +11,25 @@ Norms (Arch.norms: canonical key prefix, "{i}" for per-block ones → NormSpec):
   kind       "layernorm" (subtracts the mean, so writers may be mean-centred) | "rmsnorm"
   gain       "w" (γ = w) | "1+w" (γ = 1 + w, Gemma) | None (no affine parameters: nothing to fold)
   placement  "input"  before a sublayer (pre-norm; its gain and bias fold into the readers behind it)
-             "stream" on the residual stream itself (post-norm): declared, refused by canonicalisation until the
-                      residual group it leaves (permutations) is implemented
+             "stream" on the residual stream itself: post-norm blocks x ← LN(x + sublayer(x)) (BERT, RoBERTa), an
+                      embedding norm (BERT's, CLIP's pre_layrnorm); its output *is* the stream
+             "output" on a sublayer's output before the residual addition, x ← x + norm(sublayer(x)) (Gemma-2 /
+                      OLMo-2 sandwich norms); its output is added to the stream
              "head"   over each query/key head's dimensions (QK-norm): left in place; the adapter declares the
                       per-head groups that commute with it
+
+Norms on residual coordinates ("stream" and "output"): their gain γ and bias β multiply and shift the stream's
+coordinates themselves, behind a normalisation, so nothing can absorb them: they stay in the model and are residual
+tensors the residual map moves (residual_norm_actions). A residual map S must then commute with the normalisation
+*and* with a generic diagonal gain: S·diag(γ′)·S⁻¹ must be diagonal, so S is a signed permutation (σP), and the gain
+moves by the permutation alone (γ′ = γ·|S|, mode "gain") while the bias moves like any residual vector (β′ = β·S):
+  norm(x·S)·|S|-moved γ + β·S = (norm(x)⊙γ + β)·S   holds when norm(x·S) = norm(x)·S, i.e.
+  rmsnorm    for every signed permutation (mean(x²) ignores order and signs)            → "signed-permutation"
+  layernorm  for permutations and one global sign only: mean(x·P) = mean(x), mean(−x) = −mean(x), but a sign on
+             some coordinates changes the mean (LN(x·D) ≠ LN(x)·D)                     → "sign-permutation"
+The global sign survives a LayerNorm bias because β is moved with the stream (β′ = −β): LN′(−x) = −n(x)⊙γ − β =
+−LN(x). `residual_bound(norms)` gives the largest residual kind the declared norms allow; canonicalisation refuses a
+declared residual group outside it. Nothing is folded or centred for such norms (glmc/view/canonical.py).
 """
 
 from __future__ import annotations
@@ -24,7 +39,9 @@ from dataclasses import dataclass
 BLOCKS = ("sequential", "parallel")
 NORM_KINDS = ("layernorm", "rmsnorm")
 GAINS = ("w", "1+w", None)
-PLACEMENTS = ("input", "stream", "head")
+PLACEMENTS = ("input", "stream", "output", "head")
+# placements whose gain and bias act on the residual stream's coordinates (see the module docstring)
+ON_STREAM = ("stream", "output")
 # the canonical norms of a pre-norm block stack (glmc/adapters/base.py)
 STANDARD_NORMS = ("blocks.{i}.ln1", "blocks.{i}.ln2", "ln_final")
 
@@ -57,6 +74,11 @@ class NormSpec:
     def centres(self) -> bool:
         return self.kind == "layernorm"
 
+    @property
+    def on_stream(self) -> bool:
+        """Whether the gain and bias act on the residual stream's coordinates (placement "stream" or "output")."""
+        return self.placement in ON_STREAM
+
 
 def standard_norms(kind: str = "layernorm", gain: str | None = "w") -> dict[str, NormSpec]:
     """The norms of a pre-norm stack: one before each sublayer of every block, and one before the head."""
@@ -67,3 +89,25 @@ def check_block(block: str) -> str:
     if block not in BLOCKS:
         raise ValueError(f"block structure {block!r} is not one of {', '.join(BLOCKS)}")
     return block
+
+
+def residual_bound(norms: dict) -> str | None:
+    """The largest residual kind the norms on residual coordinates allow (module docstring): None when there are
+    none (the residual group is then whatever the pre-norm stack allows), "sign-permutation" when one of them is a
+    LayerNorm, else "signed-permutation"."""
+    on = [spec for spec in norms.values() if spec.on_stream]
+    if not on:
+        return None
+    return "sign-permutation" if any(spec.centres for spec in on) else "signed-permutation"
+
+
+def residual_norm_actions(norms: dict) -> tuple:
+    """The residual group's actions on the norms on residual coordinates: (key template, axis, mode, batch axis)
+    rows, the gain by the permutation alone ("gain"), the bias like any residual vector ("co")."""
+    rows = []
+    for name, spec in norms.items():
+        if spec.on_stream:
+            if spec.gain is not None:
+                rows.append((name + ".w", -1, "gain", None))
+            rows.append((name + ".b", -1, "co", None))  # a model without the bias simply lacks the key
+    return tuple(rows)

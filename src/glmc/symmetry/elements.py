@@ -16,6 +16,10 @@ Each acts on an axis in one of three modes (the spec says which, per tensor):
 * ``"contra"`` — the tensor reads from the space (readers): T' = T·M^-T (the pseudo-inverse's transpose for a
                  rectangular M); for an IndexMap, gather without scaling, so that Σ alpha = 1 recombines copies.
 * ``"copy"``   — IndexMap only: gather without scaling (the QK side of a split head is copied, not split).
+* ``"gain"``   — a norm's gain on residual coordinates (glmc/symmetry/declarations.py): moved by the permutation
+                 part |S| of a signed permutation S, never by its signs (the gain multiplies a coordinate whose
+                 sign the map flips on both sides of it). For an IndexMap it is "copy"; for a matrix, x·|M| (only
+                 meaningful for signed permutations, the maps declared beside such norms).
 
 With these conventions orthogonal maps act identically in both modes, and composition is
 `(f then g).matrix == f.matrix @ g.matrix`.
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-MODES = ("co", "contra", "copy")
+MODES = ("co", "contra", "copy", "gain")
 
 
 @dataclass
@@ -180,7 +184,8 @@ class LinearMap:
     def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
         if mode == "copy":
             raise ValueError("'copy' mode is only defined for index maps")
-        mat = self.matrix.double() if mode == "co" else self._contra_matrix()
+        mat = self.matrix.double().abs() if mode == "gain" else (
+            self.matrix.double() if mode == "co" else self._contra_matrix())
         # float64 keeps small per-head maps exact to ~1e-15; for big tensors (embeddings, LM heads) float32
         # matmul is ~10x faster and its ~1e-6 relative error is far inside the 1e-4 function tolerance
         work = torch.float64 if t.numel() <= FLOAT64_UP_TO.get() or t.dtype == torch.float64 else torch.float32
@@ -229,7 +234,8 @@ class ScaleMap:
     kind = "diagonal"
 
     def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
-        return scaled(t.double(), self.scale.to(t.device), axis, mode, batch_axis).to(t.dtype)
+        scale = self.scale.abs() if mode == "gain" else self.scale
+        return scaled(t.double(), scale.to(t.device), axis, "co" if mode == "gain" else mode, batch_axis).to(t.dtype)
 
     def inverse(self) -> "ScaleMap":
         return ScaleMap(1.0 / self.scale)
@@ -278,7 +284,9 @@ class DenseMap:
 
     def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
         m = self.matrix
-        if mode == "contra" and not self.orthogonal:
+        if mode == "gain":
+            m = m.abs()
+        elif mode == "contra" and not self.orthogonal:
             if getattr(self, "_inverse", None) is None:
                 self._inverse = torch.linalg.inv(m).transpose(-1, -2)
             m = self._inverse
@@ -362,6 +370,11 @@ class PermutationDenseMap:
         if size % n:
             raise ValueError(f"a permutation of {n} entries cannot act on an axis of {size}")
         x = t.reshape(math.prod(t.shape[:axis]), size, math.prod(t.shape[axis + 1:]))
+        if mode == "gain" and self.sign is not None:  # |P| = P ⊙ sign(P_hard): the gradient reaches every entry
+            flip = torch.ones_like(self.matrix)
+            flip[self.src, torch.arange(n, device=flip.device)] = self.sign
+            return _SignedGather.apply(x, (self.matrix * flip).to(t.dtype), self.src, self.inv, None,
+                                       size // n).view(t.shape)
         return _SignedGather.apply(x, self.matrix.to(t.dtype), self.src, self.inv, self.sign, size // n).view(t.shape)
 
 
@@ -373,6 +386,8 @@ class DiagonalDenseMap:
     scale: torch.Tensor
 
     def act(self, t: torch.Tensor, axis: int, mode: str, batch_axis: int | None = None) -> torch.Tensor:
+        if mode == "gain":
+            return scaled(t, self.scale.abs(), axis, "co", batch_axis)
         return scaled(t, self.scale, axis, mode, batch_axis)
 
 

@@ -18,6 +18,10 @@ layer) are skipped. Roles:
   query_heads  grouped-query attention: the order of query heads inside each key/value group
   mlp_scale  a gated MLP's per-unit scale: s on mlp.in (up: weight and bias), 1/s on mlp.out (down); the gate
              (weight and bias) is left alone: silu(x·W_gate + b_gate) is not homogeneous
+An adapter may add rows of its own to a role (GroupSpec.acts: the MLM head of an encoder, a pooler), and the
+norms its declarations put on residual coordinates add theirs to the residual (glmc/symmetry/declarations.py).
+A fifth mode, "gain", moves a norm's gain on residual coordinates: by the permutation part |S| of a signed
+permutation S (glmc/symmetry/elements.py).
 A batched map of b copies acting on a batch axis of b·r entries serves r consecutive entries with each copy:
 one key/value head's map shared by its r query heads under grouped-query attention (see elements.py).
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-WRITERS = ["embed", "pos_embed", "patch.w", "patch.b", "cls", "registers",
+WRITERS = ["embed", "pos_embed", "type_embed", "patch.w", "patch.b", "cls", "registers",
            "blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b", "blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b"]
 READERS = ["blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w", "blocks.{i}.mlp.in.w", "head.w",
            "blocks.{i}.mlp.gate.w"]  # the gate of a gated (SwiGLU) MLP reads the stream like mlp.in
@@ -74,6 +78,8 @@ class GroupSpec:
     extensions: tuple = ()  # non-invertible kinds that also keep the function (semi-permutation, zero-pad)
     # the kind's parameters (glmc/symmetry/kinds: Kind.parameters), e.g. {"rotary": 8} for a partial-rotary head
     params: dict = field(default_factory=dict, hash=False)
+    # rows beyond ROWS this role acts on, declared by the adapter: (key template, axis, mode, batch axis)
+    acts: tuple = ()
 
     def group(self, k: str | None = None):
         """The Kind that solves for this group: the declared kind with its parameters, or (`k`) one of its
@@ -96,6 +102,13 @@ def transformer_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu:
                          extensions=(("semi-permutation",) if relu else ()) + ("zero-pad",)),
     }
     return {role: g for role, g in groups.items() if role not in drop}
+
+
+def role_rows(role: str, spec: GroupSpec) -> list:
+    """ROWS of `role`, then the spec's own rows (GroupSpec.acts) on any (key, axis) ROWS does not already move."""
+    rows = [row for row in ROWS if row[0] == role]
+    seen = {(key, axis) for _, key, axis, _, _ in rows}
+    return rows + [(role, *a) for a in spec.acts if (a[0], a[1]) not in seen]
 
 
 @dataclass(frozen=True)
@@ -132,7 +145,7 @@ def instantiate(groups: dict[str, GroupSpec], n_layer: int, keys) -> dict[str, G
     keys = set(keys)
     out: dict[str, Group] = {}
     for role, spec in groups.items():
-        rows = [row for row in ROWS if row[0] == role]
+        rows = role_rows(role, spec)
         for i in range(n_layer) if spec.per_layer else [None]:
             name = group_name(role, i)
             # a per-layer group acts on its own block's tensors; a model-wide one on every block's

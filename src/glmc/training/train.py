@@ -241,6 +241,8 @@ def record_for(family: str, shape: dict, ds, parts: dict, wall: float, device="c
                                                  f"{parts['training']['train_eval_batches']} in order)"},
               "environment": environment(device)}
     record["timing"]["wall_seconds"] = round(wall, 2)
+    if ds.task == "mlm":
+        record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
     if ds.task == "lm":
         record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
         record["baseline"] = {"unigram_test_loss": ds.unigram_entropy("test"),

@@ -9,7 +9,13 @@
    becomes mean-zero. An RMS norm does not subtract the mean, so its writers stay as they are.
 What is folded follows the declared norms (Arch.norms, glmc/symmetry/declarations.py): norms before a sublayer
 ("input") fold their gain (w, or 1 + w) into the readers behind them; per-head norms ("head") stay; norms on the
-stream itself ("stream", post-norm) are refused by name. Family-agnostic: works on the canonical view only.
+stream's coordinates ("stream": post-norm, an embedding norm; "output": sandwich norms) stay too, with their gains
+and biases, as residual tensors the residual map moves (glmc/symmetry/declarations.py). Writers are centred only when
+every reader sees the stream through a mean-subtracting input norm (arch.centred_stream): a post-norm model's readers
+see the stream itself, whose LayerNorm bias is not mean-zero. (Centring the writers of a post-norm model would keep
+its function too, since a LayerNorm follows every writer, except where a tied decoder reads the token embedding; it
+buys nothing, as the permutations it would prepare for fix the all-ones direction anyway.)
+Family-agnostic: works on the canonical view only.
 `inplace=True` replaces the tensors of the given dict one by one (each old tensor is freed as soon as its replacement
 exists: one model-sized copy at the peak, not two), and products with a float32 weight are formed in float32 (a float32
 product of float32 factors is the correctly rounded double product: the same bits without a float64 copy of an
@@ -22,7 +28,8 @@ import torch
 
 from glmc.errors import UnsupportedModel
 from glmc.memory import row_slices
-from glmc.symmetry.declarations import standard_norms
+from glmc.symmetry.declarations import residual_bound, standard_norms
+from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import WRITERS, expand_keys
 
 # norm -> the readers behind it: (weight key, bias key or None)
@@ -97,20 +104,23 @@ def _row_means(x: torch.Tensor, rows_elements: int = 1 << 21) -> torch.Tensor:
     return torch.cat(means).reshape(*x.shape[:-1], 1)
 
 
-def check_norms(norms: dict) -> None:
-    """Refuse, by name, norm placements canonicalisation cannot handle yet, and mixed centring."""
-    for name, spec in norms.items():
-        if spec.placement == "stream":
-            raise UnsupportedModel(f"norm {name!r} sits on the residual stream (post-norm): its gain and bias act on "
-                                   "the stream's coordinates and cannot be folded into readers; not supported yet")
+def check_norms(norms: dict, groups: dict | None = None) -> None:
+    """Refuse, by name, mixed centring, and a declared residual group larger than the norms on residual coordinates
+    allow (glmc/symmetry/declarations.py: those keep their gains and biases, which only (signed) permutations move)."""
     kinds = {spec.kind for spec in norms.values() if spec.placement == "input"}
     if len(kinds) > 1:
         raise UnsupportedModel(f"the norms before the sublayers mix kinds ({', '.join(sorted(kinds))}): writers can be "
                                "mean-centred only when every reader subtracts the mean")
+    bound = residual_bound(norms)
+    residual = (groups or {}).get("residual")
+    if bound is not None and residual is not None and not kind(bound).admits(residual.kind):
+        on = sorted(name for name, spec in norms.items() if spec.on_stream)
+        raise UnsupportedModel(f"the residual group is declared {residual.kind}, but the norms {', '.join(on)} keep "
+                               f"their gains on the stream's coordinates, which leaves only {bound} maps exact")
 
 
 def canonicalise(view: dict, arch, inplace: bool = False) -> dict:
-    check_norms(arch.norms)
+    check_norms(arch.norms, arch.groups)
     # after the first fold `v` is a dict of our own (or the caller's, inplace): the later folds replace entries
     v = fold_norms(fold_layer_scale(view, arch.n_layer, inplace), arch.n_layer, inplace=True, norms=arch.norms)
     return centre_writers(v, arch.n_layer, inplace=True) if arch.centred_stream else v

@@ -14,8 +14,8 @@ from glmc.symmetry.kinds.orthogonal import Orthogonal
 class Invertible(Kind):
     name = "invertible"
     orthogonal = False
-    contains = ("orthogonal", "orthogonal-fixing-ones", "signed-permutation", "permutation", "scale-rotation",
-                "partial-rotary", "diagonal")
+    contains = ("orthogonal", "orthogonal-fixing-ones", "signed-permutation", "sign-permutation", "permutation",
+                "scale-rotation", "partial-rotary", "diagonal")
 
     def random(self, n, batch, gen, cond: float = 4.0):
         """Well-conditioned: orthogonal · diag(singular values in [1/√cond, √cond]) · orthogonal."""

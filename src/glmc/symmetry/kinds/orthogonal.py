@@ -16,7 +16,7 @@ from glmc.symmetry.projections import polar
 @register_kind
 class Orthogonal(Kind):
     name = "orthogonal"
-    contains = ("orthogonal-fixing-ones", "signed-permutation", "permutation")
+    contains = ("orthogonal-fixing-ones", "signed-permutation", "sign-permutation", "permutation")
 
     def random(self, n, batch, gen):
         return LinearMap(random_orthogonal(n, gen, () if batch is None else (batch,)))
@@ -100,7 +100,7 @@ class SignedPermutation(Orthogonal):
     """Permutations with signs: the residual maps that commute with a norm's elementwise gain."""
 
     name = "signed-permutation"
-    contains = ("permutation",)
+    contains = ("sign-permutation", "permutation")
     discrete = True
 
     def random(self, n, batch, gen):
