@@ -133,6 +133,15 @@ PAIRS = [
           "gemma", "--data", "shakespeare", "--steps", 300),
     _pair("olmo-shk-char-L4-w128", "eval", "parameter-free LayerNorms, clip_qkv 8",
           "olmo", "--data", "shakespeare", "--steps", 300),
+    # --- post-LN encoders with the masked-LM task (their CPU presets; no default was tuned on them) ---
+    _pair("bert-shk-L4-w128", "eval", "the CPU preset (WordPiece 2000, tied decoder, context 64)",
+          "bert", "--data", "shakespeare"),
+    _pair("bert-stdlib-L4-w128", "eval", "code, the CPU preset",
+          "bert", "--data", "python-stdlib"),
+    _pair("bert-shk-L2-w128-untied-relu", "eval", "2 layers, untied decoder, ReLU",
+          "bert", "--data", "shakespeare", "--layers", 2, "--untied", "--activation", "relu"),
+    _pair("roberta-shk-L4-w128", "eval", "RoBERTa, byte-level BPE 2000, the CPU preset",
+          "roberta", "--data", "shakespeare"),
 ]
 FAMILY_ORDER = list(dict.fromkeys(p.family for p in PAIRS))
 
