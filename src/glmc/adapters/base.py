@@ -84,6 +84,9 @@ class Adapter:
     dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
     presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
     model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
+    # canonical key template -> role in the barrier decomposition, for keys of the family's own that
+    # glmc/symmetry/parts.py's declarations and rules would misplace ({} : those suffice)
+    part_roles: dict[str, str] = {}
 
     @staticmethod
     def matches(model) -> bool:

@@ -1,0 +1,127 @@
+"""`Decomposition`: where along the network a path's barrier lives (`glmc.Curve.decompose`, `glmc barrier
+--decompose`); see glmc/paths/decompose.py for the definitions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from glmc.symmetry.parts import ROLE_LABELS, ROLES
+
+
+@dataclass
+class Decomposition:
+    """The excess loss along the path with only one part interpolated ("only", the rest at A's weights) and with
+    only that part kept at A's ("all_but"), per part of three groupings: "roles" (embeddings and head, attention QK,
+    attention OV, MLP, norms; "other" for keys a family left undeclared), "layers" (each block; "outside": the
+    keys outside the blocks) and "cells" (role × layer).
+
+    Attributes:
+        lambdas: the λ grid (0 = A, 1 = B′).
+        whole: the whole path on the canonical view: "loss", "acc", "excess", "barrier" (max excess) and "lambda".
+        parts: grouping -> part -> {"role", "layer", "keys", "parameters", "only": {...}, "all_but": {...}}, each
+            variant with "loss", "acc", "excess" per λ, "barrier" (its max excess), "lambda" (where), "end_loss".
+        all_parts_max_abs_diff: max_λ |L(all parts interpolated) − L(whole path)|, evaluated independently; 0 when
+            the parts cover every key (the check that the decomposition is complete).
+        method: the alignment method of the path.
+    """
+
+    lambdas: list
+    whole: dict
+    parts: dict
+    all_parts_max_abs_diff: float
+    method: str = "none"
+    info: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict, method: str = "none") -> "Decomposition":
+        info = {k: v for k, v in d.items() if k not in ("lambdas", "whole", "parts", "all_parts_max_abs_diff",
+                                                        "method")}
+        return cls(d["lambdas"], d["whole"], d["parts"], d["all_parts_max_abs_diff"], d.get("method", method), info)
+
+    def __repr__(self) -> str:
+        roles = self.parts.get("roles", {})
+        worst = max(roles, key=lambda r: roles[r]["only"]["barrier"]) if roles else None
+        where = f", largest alone: {worst} {roles[worst]['only']['barrier']:.4f}" if worst else ""
+        return f"glmc.Decomposition(method={self.method!r}, barrier={self.whole['barrier']:.4f}{where})"
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "lambdas": self.lambdas, "whole": self.whole, "parts": self.parts,
+                "all_parts_max_abs_diff": self.all_parts_max_abs_diff, **self.info}
+
+    def to_json(self, path=None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, default=str) + "\n"
+        if path is not None:
+            from glmc.io import atomic_path
+
+            with atomic_path(path) as tmp:
+                Path(tmp).write_text(text)
+        return text
+
+    def table(self) -> str:
+        """A text table: one row per part, the barrier of each variant with its worst λ and the loss at λ = 1."""
+        return format_decomposition(self.to_dict())
+
+    def heatmap(self, variant: str = "only"):
+        """(row labels, column roles, matrix of barriers; None where a cell has no key): layers × roles."""
+        return heatmap_matrix(self.to_dict(), variant)
+
+    def plot(self, axes=None):
+        """Heat maps (layers × roles) of the barrier with only each cell interpolated, and with only it kept at A;
+        returns the figure."""
+        return draw_decomposition(self.to_dict(), axes)
+
+
+def format_decomposition(d: dict) -> str:
+    rows = [f"whole path: barrier {d['whole']['barrier']:.4f} at λ={d['whole']['lambda']:.2f}; all parts together "
+            f"reproduce it to {d['all_parts_max_abs_diff']:.2e}",
+            f"{'part':<22}{'params':>10}{'only: barrier':>15}{'@λ':>6}{'L(1)':>9}{'all but: barrier':>18}{'@λ':>6}"
+            f"{'L(1)':>9}"]
+    for grouping in ("roles", "layers", "cells"):
+        for name, p in d["parts"].get(grouping, {}).items():
+            label = ROLE_LABELS.get(name, name) if grouping == "roles" else name
+            o, a = p["only"], p["all_but"]
+            rows.append(f"{label:<22}{p['parameters']:>10,}{o['barrier']:>15.4f}{o['lambda']:>6.2f}{o['end_loss']:>9.4f}"
+                        f"{a['barrier']:>18.4f}{a['lambda']:>6.2f}{a['end_loss']:>9.4f}")
+        if d["parts"].get(grouping):
+            rows.append("")
+    return "\n".join(rows).rstrip()
+
+
+def heatmap_matrix(d: dict, variant: str = "only"):
+    cells = d["parts"].get("cells", {})
+    roles = [r for r in ROLES if any(name.split("@")[0] == r for name in cells)]
+    layers = sorted({name.split("@")[1] for name in cells}, key=lambda w: (w == "outside", int(w) if w.isdigit()
+                                                                             else 0))
+    matrix = [[cells.get(f"{r}@{w}", {}).get(variant, {}).get("barrier") for r in roles] for w in layers]
+    labels = [w if w == "outside" else f"layer {w}" for w in layers]
+    return labels, roles, matrix
+
+
+def draw_decomposition(d: dict, axes=None, title: str = ""):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10.4, 0.55 * max(3, len(heatmap_matrix(d)[0])) + 1.8))
+    values = [v for variant in ("only", "all_but") for row in heatmap_matrix(d, variant)[2] for v in row
+              if v is not None]
+    vmax = max([abs(v) for v in values] + [1e-6])
+    whats = ("only this cell interpolated", "only this cell kept at A")
+    for ax, variant, what in zip(axes, ("only", "all_but"), whats):
+        labels, roles, matrix = heatmap_matrix(d, variant)
+        m = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float)
+        im = ax.imshow(m, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+        ax.set_xticks(range(len(roles)), [ROLE_LABELS[r] for r in roles], rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        for (i, j), v in np.ndenumerate(m):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7)
+        ax.set_title(f"{d.get('method', '')}: {what}", fontsize=9)
+        ax.figure.colorbar(im, ax=ax, shrink=0.8, label="max excess loss")
+    fig = axes[0].figure
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
