@@ -179,3 +179,86 @@ def test_decompose_refuses_what_it_cannot_do(runs, tmp_path):
     assert r.exit_code == 2 and "needs --decompose" in r.output
     r = CliRunner().invoke(main, ["barrier", *map(str, runs), "--seeds", "a,b"])
     assert r.exit_code == 2 and "comma-separated list of integers" in r.output
+
+
+# ---------------------------------------------------------------------------------------------- sweeps
+
+def test_sweep_grids():
+    from glmc.experiments.sweep import seed_cells, step_cells
+
+    models = ["r/a", "r/b", "r/c", "r/d"]
+    assert len(seed_cells(models, ["none", "weight"])) == 6 * 2
+    ref = seed_cells(models, ["none"], reference=True)
+    assert [(c.a_index, c.b_index) for c in ref] == [(0, 1), (0, 2), (0, 3)] and ref[0].pair == "a~b"
+    cells = step_cells({"step0": ("x/s0/checkpoints/step0", "x/s1/checkpoints/step0")}, ["weight"])
+    assert cells[0].pair == "s0~s1" and cells[0].name == "s0~s1__step0__weight"
+
+
+def test_sweep_refuses_bad_grids(runs, tmp_path):
+    from click.testing import CliRunner
+
+    from glmc.cli import main
+
+    def fails(*args):
+        r = CliRunner().invoke(main, ["sweep", "-o", str(tmp_path / "sw"), *map(str, args)])
+        assert r.exit_code != 0
+        return r.output
+
+    assert "is not STEP=DIR_A:DIR_B" in fails("--at", "step0")
+    assert "give at least two models" in fails(runs[0])
+    assert "share no checkpoints/stepN" in fails("--checkpoints", runs[0] / "checkpoints", runs[1])
+    assert "one of --checkpoints, --revisions and --at" in fails("--checkpoints", *runs, "--at", "x=a:b")
+    out = fails("--revisions", "step0", "nobody/none-such", "nobody/other")
+    assert "not in the local Hugging Face cache" in out and "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_checkpoint_sweep_resumes_after_a_kill_without_recomputing(runs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "sw"
+    args = ["sweep", "--checkpoints", *map(str, runs), "--align", "none", "--points", "3", "--max-batches", "2",
+            "--batch-size", "8", "-o", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "glmc.cli", *args], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list((out / "cells").glob("*.json")):
+        assert proc.poll() is None, proc.stdout.read().decode()
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running cell, mid-run
+    proc.wait()
+    finished = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "cells").glob("*.json")}
+    assert 1 <= len(finished) < 3
+    assert not (out / "sweep.csv").exists()
+    log = run_cli(*args)
+    assert f"{len(finished)} already finished (kept)" in log
+    for name, stamp in finished.items():
+        p = out / "cells" / name
+        assert (p.stat().st_ino, p.stat().st_mtime_ns) == stamp  # not recomputed
+    import csv
+
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert [(r["step"], r["status"]) for r in rows] == [("step0", "ok"), ("step3", "ok"), ("step6", "ok")]
+    assert all(float(r["peak_rss_mb"]) > 50 and r["unit"] == "tokens" and r["n_predictions"] == "512" for r in rows)
+    assert float(rows[0]["loss_barrier_se"]) >= 0
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [r["loss_barrier"] for r in table] == [float(r["loss_barrier"]) for r in rows]
+    assert (out / "sweep-steps.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_seed_sweep_with_jobs_draws_the_matrix(runs, tmp_path):
+    models = [runs[0], runs[1], runs[0] / "checkpoints" / "step3"]
+    out = tmp_path / "sw"
+    log = run_cli("sweep", *models, "--align", "none", "--points", 3, "--max-batches", 2, "--batch-size", 8,
+                  "--jobs", 2, "-o", out)
+    assert "3 to run, 2 at a time" in log
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["schema"] == "glmc.sweep/1" and data["kind"] == "seeds" and len(data["rows"]) == 3
+    assert {r["pair"] for r in data["rows"]} == {"s0~s1", "s0~step3", "s1~step3"}
+    assert (out / "sweep-matrix.png").stat().st_size > 10_000
