@@ -99,7 +99,9 @@ def heatmap_matrix(d: dict, variant: str = "only"):
     return labels, roles, matrix
 
 
-def draw_decomposition(d: dict, axes=None, title: str = ""):
+def draw_decomposition(d: dict, axes=None, title: str = "", vmax: float | None = None):
+    """Two heat maps (layers × roles) of a decomposition dict on `axes` (a new figure if None), coloured on a
+    scale of ± `vmax` (None: this decomposition's largest |barrier|); returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -107,7 +109,7 @@ def draw_decomposition(d: dict, axes=None, title: str = ""):
         _, axes = plt.subplots(1, 2, figsize=(10.4, 0.55 * max(3, len(heatmap_matrix(d)[0])) + 1.8))
     values = [v for variant in ("only", "all_but") for row in heatmap_matrix(d, variant)[2] for v in row
               if v is not None]
-    vmax = max([abs(v) for v in values] + [1e-6])
+    vmax = vmax or max([abs(v) for v in values] + [1e-6])
     whats = ("only this cell interpolated", "only this cell kept at A")
     for ax, variant, what in zip(axes, ("only", "all_but"), whats):
         labels, roles, matrix = heatmap_matrix(d, variant)
