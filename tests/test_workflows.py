@@ -262,3 +262,13 @@ def test_seed_sweep_with_jobs_draws_the_matrix(runs, tmp_path):
     assert data["schema"] == "glmc.sweep/1" and data["kind"] == "seeds" and len(data["rows"]) == 3
     assert {r["pair"] for r in data["rows"]} == {"s0~s1", "s0~step3", "s1~step3"}
     assert (out / "sweep-matrix.png").stat().st_size > 10_000
+
+
+def test_decompose_by_chooses_the_groupings(runs, tmp_path):
+    run_cli("barrier", *runs, "--align", "weight", "--points", 3, "--max-batches", 2, "--batch-size", 8,
+            "--decompose", "--decompose-points", 3, "--decompose-by", "roles", "--json", tmp_path / "b.json",
+            "--no-progress")
+    d = json.loads((tmp_path / "b.json").read_text())["results"]["weight"]["decomposition"]
+    assert set(d["parts"]) == {"roles"} and d["all_parts_max_abs_diff"] == 0.0
+    out = run_cli("report", tmp_path / "b.json", "-o", tmp_path / "r.html")
+    assert "1 figures" in out  # the curves; no heat map without cells

@@ -43,12 +43,15 @@ from glmc.cli.common import (
               "that part kept at A, per role, layer and layer × role (docs/workflows.md).")
 @click.option("--decompose-points", default=5, show_default=True, type=click.IntRange(min=2),
               help="λ grid points of the decomposition (each part costs 2·(points − 1) evaluations).")
+@click.option("--decompose-by", default="roles,layers,cells", show_default=True,
+              help="Which groupings to decompose by (the heat map needs cells).")
 @click.option("--decompose-plot", type=click.Path(dir_okay=False),
               help="With --decompose: write the layers × roles heat maps here.")
 @mode_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, dtype, seeds, decompose, decompose_points, decompose_plot, mode, progress, **data_kw):
+            concentration, dtype, seeds, decompose, decompose_points, decompose_by, decompose_plot, mode, progress,
+            **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
@@ -74,6 +77,13 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     if decompose_plot and not decompose:
         raise click.UsageError("--decompose-plot needs --decompose")
     seed_list = _seeds(seeds)
+    by = tuple(g.strip() for g in decompose_by.split(",") if g.strip())
+    from glmc.paths.decompose import GROUPINGS
+
+    if not by or any(g not in GROUPINGS for g in by):
+        raise click.BadParameter(f"{decompose_by!r}: choose from {', '.join(GROUPINGS)}", param_hint="--decompose-by")
+    if decompose_plot and "cells" not in by:
+        raise click.UsageError("--decompose-plot draws the layers × roles cells: keep cells in --decompose-by")
     if plot_path and len(models) > 3:
         raise click.UsageError("--plot draws a ternary heat map for 3 models (or curves for 2); drop it for more")
     device = pick_device(data_kw.pop("device"))
@@ -85,7 +95,8 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
     model_a, model_b = loaded
     result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
                           align_options={"iterations": iterations, "steps": steps}, mode=mode, dtype=dtype,
-                          seeds=seed_list, decompose=decompose_points if decompose else None)
+                          seeds=seed_list, decompose=decompose_points if decompose else None,
+                          decompose_by=by)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
     click.echo(format_table(result))
     if decompose:

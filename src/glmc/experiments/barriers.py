@@ -24,7 +24,8 @@ from glmc.matching import method_options
 
 
 def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,
-                 mode: str = "native", dtype=None, seeds=None, decompose: int | None = None) -> dict:
+                 mode: str = "native", dtype=None, seeds=None, decompose: int | None = None,
+                 decompose_by=("roles", "layers", "cells")) -> dict:
     """Each method's `glmc.barrier` curve on the same batches; mode "circuit": align as usual, then interpolate
     the paper's circuit form (glmc/view/circuit.py). `seeds`: repeats of stochastic methods; `decompose`: also
     decompose each path on a grid of this many points (glmc/paths/decompose.py)."""
@@ -35,7 +36,7 @@ def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=Tru
         curve = barrier(model_a, model_b, ds, points, align=method, batches=batches, mode=mode, progress=progress,
                         dtype=dtype, seeds=seeds, **options)
         if decompose:
-            curve.decompose(batches=batches, points=decompose, progress=progress)
+            curve.decompose(batches=batches, points=decompose, by=decompose_by, progress=progress)
         results[method] = curve.to_dict()
     return {"task": ds.task, "points": points, "mode": mode, "results": results}
 

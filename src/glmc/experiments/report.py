@@ -113,9 +113,12 @@ def _barrier(data: dict, source: Path, tmp: Path, i: int) -> str:
     out.append(_image(png, "loss and accuracy along the path"))
     decs = {m: r for m, r in results.items() if r.get("decomposition")}
     if decs:
-        png = tmp / f"decomposition{i}.png"
-        plot_decompositions(decs, png, title="where the barrier lives")
-        out.append("<h3>Decomposition (canonical view)</h3>" + _image(png, "decomposition heat maps"))
+        out.append("<h3>Decomposition (canonical view)</h3>")
+        mapped = {m: r for m, r in decs.items() if r["decomposition"]["parts"].get("cells")}
+        if mapped:
+            png = tmp / f"decomposition{i}.png"
+            plot_decompositions(mapped, png, title="where the barrier lives")
+            out.append(_image(png, "decomposition heat maps"))
         for method, r in decs.items():
             out.append(f"<h4>{_e(method)}</h4>" + _decomposition_table(r["decomposition"]))
     return "".join(out)
