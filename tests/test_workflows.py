@@ -66,6 +66,13 @@ def test_all_parts_reproduce_the_curve_and_a_missing_part_does_not():
     for grouping in d.parts.values():  # every variant starts at A
         for p in grouping.values():
             assert p["only"]["loss"][0] == p["all_but"]["loss"][0] == curve.loss[0]
+    # a part that changes nothing (GPT-2's block norms: gains 1, biases folded into their readers)
+    trivial = d.parts["cells"]["norms@0"]
+    la, lb = curve.loss[0], curve.loss[-1]
+    assert trivial["only"]["loss"] == [la] * 5 and trivial["only"]["barrier"] == 0.0
+    assert trivial["only"]["peak_excess"] == pytest.approx(max(0.0, la - lb), abs=1e-12)
+    assert trivial["all_but"]["loss"] == curve.loss
+    assert trivial["all_but"]["barrier"] == trivial["all_but"]["peak_excess"] == d.whole["barrier"] == curve.barrier
     # the check can fail: leave one key out of "all parts" and the path is no longer the whole one
     adapter, views, ends = canonical_views(curve.alignment.model_a, curve.alignment.model_b)
     interp = PartialInterpolation(adapter, views, ends[0])
@@ -77,12 +84,12 @@ def test_all_parts_reproduce_the_curve_and_a_missing_part_does_not():
     assert evaluate_batches(interp.set(0.5, set(views[0])), batches, "lm")["loss"] == curve.loss[2]
     # the result object: JSON, table, heat map
     data = json.loads(curve.to_json())
-    assert data["decomposition"]["parts"]["cells"]["mlp@1"]["only"]["barrier"] == \
-        d.parts["cells"]["mlp@1"]["only"]["barrier"]
+    assert data["decomposition"]["parts"]["cells"]["mlp@1"]["only"]["peak_excess"] == \
+        d.parts["cells"]["mlp@1"]["only"]["peak_excess"]
     assert "attention QK" in d.table() and "layer 1" in d.table()
     labels, roles, matrix = d.heatmap()
     assert labels == ["layer 0", "layer 1", "outside"] and roles == ["embed_head", "qk", "ov", "mlp", "norms"]
-    assert matrix[2][2] is None and matrix[0][3] == d.parts["cells"]["mlp@0"]["only"]["barrier"]
+    assert matrix[2][2] is None and matrix[0][3] == d.parts["cells"]["mlp@0"]["only"]["peak_excess"]
     fig = d.plot()
     assert len(fig.axes) == 4  # two heat maps and their colour bars
 

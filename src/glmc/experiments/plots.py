@@ -67,7 +67,7 @@ def plot_decompositions(results: dict, path, title: str = "") -> Path:
     rows = max(3, max(len(heatmap_matrix(d)[0]) for d in decs.values()))
     fig, axes = plt.subplots(len(decs), 2, figsize=(10.4, len(decs) * (0.55 * rows + 1.8)), squeeze=False)
     values = [abs(v) for d in decs.values() for variant in ("only", "all_but")
-              for row in heatmap_matrix(d, variant)[2] for v in row if v is not None]
+              for row in heatmap_matrix(d, variant, "peak_excess")[2] for v in row if v is not None]
     vmax = max(values + [1e-6])  # one colour scale for every method, so their maps compare
     for ax_row, (method, d) in zip(axes, decs.items()):
         draw_decomposition({**d, "method": method}, ax_row, vmax=vmax)

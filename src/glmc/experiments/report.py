@@ -132,13 +132,15 @@ def _decomposition_table(d: dict) -> str:
         for name, p in d["parts"].get(grouping, {}).items():
             o, a = p["only"], p["all_but"]
             label = ROLE_LABELS.get(name, name) if grouping == "roles" else name
-            rows.append([_e(grouping), _e(label), f"{p['parameters']:,}", _num(o["barrier"]), _num(o["lambda"], 2),
-                         _num(o["end_loss"]), _num(a["barrier"]), _num(a["lambda"], 2), _num(a["end_loss"])])
+            rows.append([_e(grouping), _e(label), f"{p['parameters']:,}"]
+                        + [x for v in (o, a) for x in (_num(v.get("peak_excess")), _num(v.get("peak_lambda"), 2),
+                                                       _num(v["barrier"]), _num(v["lambda"], 2), _num(v["end_loss"]))])
     whole = d["whole"]
     return (f"<p class='note'>whole path: barrier {_num(whole['barrier'])} at λ = {_num(whole['lambda'], 2)}; "
             f"all parts together reproduce it to {d['all_parts_max_abs_diff']:.1e}</p>"
-            + _table(["grouping", "part", "parameters", "only: barrier", "at λ", "L(1)", "all but: barrier", "at λ",
-                      "L(1)"], rows))
+            + "<p class='note'>peak: excess over the whole path's chord; barrier: over the partial path's own chord"
+            "</p>" + _table(["grouping", "part", "parameters", "only: peak", "at λ", "barrier", "at λ", "L(1)",
+                             "all but: peak", "at λ", "barrier", "at λ", "L(1)"], rows))
 
 
 def _simplex(data: dict, source: Path, tmp: Path, i: int) -> str:

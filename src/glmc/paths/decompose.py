@@ -6,9 +6,13 @@ of canonical keys, glmc/symmetry/parts.py) and λ on a grid:
   only P      θ_P(λ): P's tensors at (1−λ)·θ_A + λ·θ_B′, every other tensor at θ_A
   all but P   θ_¬P(λ): every tensor interpolated except P's, which stay at θ_A
 
-and for each the paper's barrier of that path — the excess over its own chord, e(λ) = L(λ) − [(1−λ)·L(0) +
-λ·L(1)], its maximum and the worst λ — and its end loss L(1) (A with B′'s part, or B′ with A's part). A part that
-changes nothing (a folded norm) has excess 0 at every λ; a part whose hybrid end is poor shows in L(1).
+and for each two measures, each with its worst λ, and the end loss L(1) (A with B′'s part, or B′ with A's part):
+  barrier       the paper's barrier of that path: max_λ L(λ) − [(1−λ)·L(0) + λ·L(1)], over its own chord. The
+                nonlinearity of the partial path; a part whose hybrid end is poor can have a small one.
+  peak_excess   max_λ L(λ) − [(1−λ)·L(A) + λ·L(B′)], over the whole path's chord: how far above the endpoints'
+                line the partial path climbs (hybrid ends included). A part that changes nothing scores
+                max(0, L(A) − L(B′)), the endpoints' own difference.
+Both are the whole path's barrier when every part moves together.
 Interpolating all parts together is the whole path; `decompose_path` checks that on every call by evaluating the
 whole path independently (glmc/paths/interpolate.py) and reporting the largest |difference| of the two curves,
 which is 0 when the parts cover every key.
@@ -77,12 +81,19 @@ def _curve(interp, keys, lams, batches, task, ends_loss) -> dict:
     return {"loss": loss, "acc": acc}
 
 
-def excess_summary(lams, loss) -> dict:
-    """The excess over the path's own chord at each λ, its maximum and where, and the loss at λ = 1."""
-    la, lb = loss[0], loss[-1]
-    excess = [x - ((1 - t) * la + t * lb) for t, x in zip(lams, loss)]
-    i = max(range(len(lams)), key=lambda k: excess[k])
-    return {"excess": excess, "barrier": excess[i], "lambda": lams[i], "end_loss": loss[-1]}
+def excess_summary(lams, loss, whole=None) -> dict:
+    """The excess over the path's own chord at each λ, its maximum and where, the loss at λ = 1, and (given the
+    whole path's losses) the excess over the whole path's chord, its maximum and where."""
+    own = _excess(lams, loss, loss[0], loss[-1])
+    ref = _excess(lams, loss, (whole or loss)[0], (whole or loss)[-1])
+    i = max(range(len(lams)), key=lambda k: own[k])
+    j = max(range(len(lams)), key=lambda k: ref[k])
+    return {"excess": own, "barrier": own[i], "lambda": lams[i], "end_loss": loss[-1], "excess_vs_path": ref,
+            "peak_excess": ref[j], "peak_lambda": lams[j]}
+
+
+def _excess(lams, loss, la: float, lb: float) -> list:
+    return [x - ((1 - t) * la + t * lb) for t, x in zip(lams, loss)]
 
 
 def decompose_path(model_a, model_b, batches: list, task: str, lambdas, by=GROUPINGS, dtype=None,
@@ -91,8 +102,9 @@ def decompose_path(model_a, model_b, batches: list, task: str, lambdas, by=GROUP
 
     Returns {"lambdas", "whole": {"loss", "acc", "barrier", "lambda"}, "all_parts_max_abs_diff",
     "parts": {grouping: {part: {"role", "layer", "keys", "parameters", "only": {...}, "all_but": {...}}}}}, where
-    "only"/"all_but" hold "loss", "acc", "excess" (per λ), "barrier" (max excess), "lambda" (its λ) and "end_loss"
-    (the loss at λ = 1: A with B′'s part, or B′ with A's)."""
+    "only"/"all_but" hold "loss", "acc", "excess" (per λ, over the own chord), "barrier" (its max), "lambda" (its
+    λ), "end_loss" (the loss at λ = 1: A with B′'s part, or B′ with A's), "excess_vs_path" (per λ, over the whole
+    path's chord), "peak_excess" (its max) and "peak_lambda"."""
     from tqdm.auto import tqdm
 
     from glmc.paths.barrier import path_curve
@@ -129,7 +141,7 @@ def decompose_path(model_a, model_b, batches: list, task: str, lambdas, by=GROUP
                  "parameters": sum(views[0][k].numel() for k in keys)}
         for variant, chosen in (("only", keyset), ("all_but", all_keys - keyset)):
             c = _curve(interp, chosen, lams, batches, task, ends_loss)
-            entry[variant] = {**c, **excess_summary(lams, c["loss"])}
+            entry[variant] = {**c, **excess_summary(lams, c["loss"], whole["loss"])}
         out["parts"].setdefault(g, {})[name] = entry
     return out
 
