@@ -10,7 +10,9 @@ down / output projection) of both models on the same validation batches, and the
              scores signed correlations on training batches)
   weight     the units weight matching pairs (glmc's default)
 
-and, for context, the validation barrier of weight and activation matching as a % of vanilla.
+and, for context, the validation barrier of weight and activation matching as a % of vanilla, and where weight
+matching's remaining barrier lives: its path decomposed by role (`glmc.Curve.decompose`, docs/workflows.md; the
+same table as `glmc barrier A B --align weight --decompose`).
 
     glmc train llama --seed 10 --out runs/tune/llama-shakespeare-seed10      # and --seed 11 ... seed11
     glmc train gpt2 --seed 10 --out runs/tune/gpt2-shakespeare-seed10        # and --seed 11 ... seed11
@@ -61,6 +63,7 @@ def main(argv=None):
 
     rows, md = [], ["| pair | layer | units | best | optimal | weight matching |", "|---|---|---|---|---|---|"]
     summary = ["| pair | vanilla | activation % | weight % |", "|---|---|---|---|"]
+    parts: list[str] = []
     for pa, pb in args.pairs:
         a, _ = load_model(pa)
         b, _ = load_model(pb)
@@ -71,9 +74,12 @@ def main(argv=None):
         torch.manual_seed(0)
         found = {m: align(a, b, m, data=ds, progress=False) for m in ("weight", "activation")}
         vanilla = glmc.barrier(a, b, data=ds, batches=val, progress=False).barrier
-        pct = {m: 100 * glmc.barrier(al.model_a, al.model_b, data=ds, batches=val, progress=False).barrier / vanilla
-               for m, al in found.items()}
+        curves = {m: glmc.barrier(al.model_a, al.model_b, data=ds, batches=val, progress=False)
+                  for m, al in found.items()}
+        pct = {m: 100 * c.barrier / vanilla for m, c in curves.items()}
         name = pa.name.rsplit("-seed", 1)[0]
+        decomposition = curves["weight"].decompose(points=5, by=("roles",))
+        parts.append(f"{name} (weight matching)\n\n{decomposition.table()}\n")
         summary.append(f"| {name} | {vanilla:.3f} | {pct['activation']:.1f} | {pct['weight']:.1f} |")
         for i in range(arch.n_layer):
             c = corr[f"blocks.{i}.mlp.out"].value().abs()
@@ -87,7 +93,8 @@ def main(argv=None):
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
 
     text = (f"Median |corr| of MLP hidden units ({args.batches} validation batches of 32)\n\n" + "\n".join(md)
-            + "\n\nValidation barrier, % of vanilla\n\n" + "\n".join(summary) + "\n")
+            + "\n\nValidation barrier, % of vanilla\n\n" + "\n".join(summary)
+            + "\n\nWhere weight matching's barrier lives (validation, by role)\n\n" + "\n".join(parts) + "\n")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "unit_correspondence.md").write_text(text)
     (args.out / "unit_correspondence.json").write_text(json.dumps(rows, indent=1))

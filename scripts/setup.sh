@@ -14,4 +14,9 @@ if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null &
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
     || echo "note: could not install dataset-fashion-mnist; fashion-mnist tests will be skipped"
 fi
+# Chromium (Debian's package) for the headless-browser test of `glmc report` (tests/test_report.py skips without it)
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "note: could not install chromium; the report's browser test will be skipped"
+fi
 .venv/bin/python -c "import torch, transformers, timm, glmc; print('glmc', glmc.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__, '| timm', timm.__version__)"

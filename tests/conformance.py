@@ -428,3 +428,24 @@ class AdapterConformance:
                 random_class_element(role, arch, gen)
             with pytest.raises(UnsupportedModel):
                 verify_model(model, classes=[role])
+
+    def test_every_key_lands_in_one_part_and_all_parts_make_the_whole_path(self, config):
+        """The barrier decomposition (glmc/paths/decompose.py) from this family's declarations: each grouping
+        partitions the canonical keys, and interpolating every part together reproduces the whole path exactly."""
+        from glmc.paths.decompose import decompose_path
+        from glmc.symmetry.parts import groupings
+
+        a, adapter, arch = self.parts(config)
+        b = self.make(config, seed=1)
+        view = adapter.to_canonical(a)
+        for grouping, by_part in groupings(view, getattr(adapter, "part_roles", None)).items():
+            keys = [k for ks in by_part.values() for k in ks]
+            assert sorted(keys) == sorted(view), f"{grouping}: a key in no part or in two"
+        x = probe_inputs(a, n=2, seq=8)
+        gen = torch.Generator().manual_seed(3)
+        classes = logits(a, x).shape[-1]
+        target = torch.randint(0, classes, x.shape[:2] if arch.task == "lm" else x.shape[:1], generator=gen)
+        batch = {**adapter.batch_of(x), ("targets" if arch.task == "lm" else "labels"): target}
+        d = decompose_path(a, b, [batch], arch.task, [0.0, 0.5, 1.0], by=("cells",))
+        assert not d["uncovered_keys"] and d["all_parts_max_abs_diff"] == 0.0, d["all_parts_max_abs_diff"]
+        assert sum(p["parameters"] for p in d["parts"]["cells"].values()) == sum(v.numel() for v in view.values())

@@ -155,6 +155,9 @@ class Adapter:
     renames: dict[str, str] = {}
     # the data spec the demo trains on (glmc.data.parse_spec; `context` is the demo preset's)
     demo_data = staticmethod(lambda context: {"source": "shakespeare", "tokenizer": "char", "context": context})
+    # canonical key template -> role in the barrier decomposition, for keys of the family's own that
+    # glmc/symmetry/parts.py's declarations and rules would misplace ({} : those suffice)
+    part_roles: dict[str, str] = {}
 
     @staticmethod
     def matches(model) -> bool:

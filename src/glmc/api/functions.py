@@ -216,7 +216,8 @@ def _groups(model):
 
 def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, split: str = "test",
             batch_size: int = 32, max_batches: int | None = None, batches=None, mode: str = "native",
-            progress: bool = True, resolution: int = 10, samples: int = 64, dtype=None, compute_dtype="float32",
+            progress: bool = True, resolution: int = 10, samples: int = 64, dtype=None, seeds=None,
+            compute_dtype="float32",
             **align_options):
     """Loss and accuracy along the straight line between two models (or over the simplex of several).
 
@@ -239,6 +240,13 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
             unaffected.
         compute_dtype: the endpoints' precision for alignment and averaging ("float32" or "float64"); endpoints
             stored in bfloat16 / float16 are upcast copies, so their barrier is that of float32 copies of them.
+        seeds: for a stochastic method (one whose alignment takes a `seed`: learned, learned-perm), align once per
+            seed and report the spread of the barrier over them (`info["repeats"]`, `info["over_seeds"]`: mean,
+            sd and standard error of each metric); the curve returned is the first seed's. Ignored (recorded as
+            deterministic) for the other methods.
+
+    Every pair's curve carries standard errors over its evaluation batches (`metrics`: loss_barrier_se, …,
+    loss_se per λ) and says how many predictions it used (`info`: n_predictions, unit "tokens" or "images").
 
     Returns:
         A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
@@ -260,6 +268,10 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
         return _simplex(models, ds, method, evaluation_batches(ds, models[0], split, batch_size, max_batches,
                                                                 batches), mode, progress, resolution, samples,
                         align_options, dtype)
+    if seeds is not None and not isinstance(align, Alignment):
+        return _repeats(model_a, model_b, ds, points, method, list(seeds), dict(split=split, batch_size=batch_size,
+                        max_batches=max_batches, batches=batches, mode=mode, progress=progress, dtype=dtype),
+                        align_options)
     t0 = time.perf_counter()
     if isinstance(align, Alignment):
         al = align
@@ -279,10 +291,47 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     task = _task(models[0])
     c = path_curve(ends, evals, task, points, progress, label=method, dtype=dtype)
     info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode, "dtype": _dtype_name(dtype),
-            "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals)}
+            "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals),
+            "n_predictions": sum(c["batch_stats"]["n"]), "unit": "tokens" if task == "lm" else "images"}
     if batches is None:
         info["split"] = split
-    return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info)
+    return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info, batch_stats=c["batch_stats"], batches=evals)
+
+
+REPEATED = ("loss_barrier", "loss_barrier_mean", "acc_drop", "acc_drop_mean")
+
+
+def stochastic(method: str) -> bool:
+    """Whether a method's alignment depends on a random seed (its align function takes one)."""
+    from glmc.matching import _method_function
+
+    func = _method_function(method)
+    return func is not None and "seed" in _parameters(func)
+
+
+def _repeats(model_a, model_b, ds, points, method, seeds, kw, align_options) -> Curve:
+    """The barrier once per seed (stochastic methods), the first seed's curve carrying the spread."""
+    if not seeds:
+        raise BadOption("seeds: give at least one seed")
+    if not stochastic(method):
+        curve = barrier(model_a, model_b, ds, points, method, **kw, **align_options)
+        curve.info["repeats"] = "deterministic"
+        return curve
+    curves = [barrier(model_a, model_b, ds, points, method, **kw, **{**align_options, "seed": s}) for s in seeds]
+    rows = [{"seed": s, **{k: c.metrics[k] for k in REPEATED}, "loss_barrier_se": c.metrics.get("loss_barrier_se")}
+            for s, c in zip(seeds, curves)]
+    first = curves[0]
+    first.info["repeats"] = rows
+    first.info["over_seeds"] = {k: spread([r[k] for r in rows]) for k in REPEATED}
+    return first
+
+
+def spread(values: list) -> dict:
+    """{"mean", "sd" (n − 1), "se" (sd/√n), "n"} of a list of numbers (sd and se None for one value)."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else None
+    return {"mean": mean, "sd": sd, "se": None if sd is None else sd / n ** 0.5, "n": n}
 
 
 def _task(model) -> str:

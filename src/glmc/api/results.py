@@ -99,13 +99,60 @@ class Curve:
     method: str = "none"
     alignment: Alignment | None = None
     info: dict = field(default_factory=dict)
+    batch_stats: dict | None = None  # per evaluation batch: {"n", "loss_sum", "correct"} (standard errors)
+    batches: list | None = field(default=None, repr=False)  # the evaluation batches, for `decompose`
+    decomposition: Any = None  # the last `decompose()` result
 
     @property
     def metrics(self) -> dict:
-        """Every barrier metric (glmc/paths/barrier.py): loss_barrier, loss_barrier_mean, acc_drop, …"""
+        """Every barrier metric (glmc/paths/barrier.py): loss_barrier, loss_barrier_mean, acc_drop, …, and with
+        per-batch figures their standard errors over evaluation batches (…_se, loss_se per λ)."""
         from glmc.paths.barrier import barrier_metrics
 
-        return barrier_metrics({"lambdas": self.lambdas, "loss": self.loss, "acc": self.accuracy})
+        return barrier_metrics({"lambdas": self.lambdas, "loss": self.loss, "acc": self.accuracy,
+                                "batch_stats": self.batch_stats})
+
+    def decompose(self, data=None, *, batches=None, points: int = 5, by=("roles", "layers", "cells"),
+                  dtype=None, progress: bool = False, **split_options):
+        """Where the barrier lives: the path with only one part interpolated (the rest at A's weights) and with
+        only that part kept at A's, per role, per layer and per cell (glmc/paths/decompose.py).
+
+        Args:
+            data, batches, split_options (split, batch_size, max_batches): the evaluation batches; default: the
+                ones this curve was measured on.
+            points: λ grid points, endpoints included (every part costs 2·(points − 1) evaluations).
+            by: which groupings: "roles", "layers", "cells" (the layers × roles heat map).
+
+        Returns:
+            A `glmc.Decomposition` (also kept as `.decomposition`, and in `to_dict()`).
+        """
+        from glmc.api.decomposition import Decomposition
+        from glmc.paths.barrier import lambda_grid
+        from glmc.paths.decompose import decompose_path
+
+        if self.alignment is None:
+            raise ValueError("this curve has no endpoints to decompose (it was not measured by glmc.barrier)")
+        if self.info.get("mode") == "circuit":
+            from glmc.errors import BadOption
+
+            raise BadOption("decomposition runs on the native canonical view; measure the curve with mode='native'")
+        ends = [self.alignment.model_a, self.alignment.model_b]
+        if batches is None and (data is not None or split_options):
+            from glmc.api.data import evaluation_batches, resolve_data
+
+            ds = resolve_data(data, ends[0], required="a decomposition")
+            batches = evaluation_batches(ds, ends[0], split_options.get("split", "test"),
+                                         split_options.get("batch_size", 32), split_options.get("max_batches"), None)
+        batches = batches if batches is not None else self.batches
+        if batches is None:
+            raise ValueError("give data or batches: this curve does not hold its evaluation batches")
+        from glmc.adapters import adapter_for
+
+        task = adapter_for(ends[0]).arch(ends[0]).task
+        d = decompose_path(ends[0], ends[1], batches, task, lambda_grid(points), by=by,
+                           dtype=dtype if dtype is not None else self.info.get("dtype"), progress=progress)
+        self.decomposition = Decomposition.from_dict(d, self.method)
+        return self.decomposition
 
     @property
     def barrier(self) -> float:
@@ -132,6 +179,10 @@ class Curve:
                **self.info}
         if self.alignment is not None:
             out["alignment"] = self.alignment.report
+        if self.batch_stats is not None:
+            out["per_batch"] = self.batch_stats
+        if self.decomposition is not None:
+            out["decomposition"] = self.decomposition.to_dict()
         return out
 
     def to_json(self, path=None) -> str:

@@ -68,7 +68,7 @@ def translate(e: Exception) -> click.ClickException:
     return InternalError(e)
 
 # name -> module under glmc.cli that defines a click command called `command`
-COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo", "convert", "inspect"]
+COMMANDS = ["train", "verify", "align", "barrier", "merge", "demo", "convert", "inspect", "sweep", "report"]
 # the commands that run under a multi-process launch (their data passes are sharded)
 LAUNCHABLE = ("align", "barrier", "merge")
 

@@ -42,19 +42,30 @@ from glmc.cli.common import (
               help="3+ models, learned: λ ~ Dirichlet(concentration) in training [1; the paper: 0.1] (glmc merge).")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Precision of the interpolated models during evaluation (averages are formed in float32 first).")
+@click.option("--seeds", default=None, help="Comma-separated seeds: repeat each stochastic method (learned, "
+              "learned-perm) once per seed and report the barrier's spread over them.")
+@click.option("--decompose", is_flag=True, help="Also decompose each path: only one part interpolated, and only "
+              "that part kept at A, per role, layer and layer × role (docs/workflows.md).")
+@click.option("--decompose-points", default=5, show_default=True, type=click.IntRange(min=2),
+              help="λ grid points of the decomposition (each part costs 2·(points − 1) evaluations).")
+@click.option("--decompose-by", default="roles,layers,cells", show_default=True,
+              help="Which groupings to decompose by (the heat map needs cells).")
+@click.option("--decompose-plot", type=click.Path(dir_okay=False),
+              help="With --decompose: write the layers × roles heat maps here.")
 @mode_option
 @precision_options(write=False)
 @revision_option
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, dtype, mode, progress, compute_dtype, revision, **data_kw):
+            concentration, dtype, seeds, decompose, decompose_points, decompose_by, decompose_plot, mode, progress,
+            compute_dtype, revision, **data_kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
     With three or more models: the loss over the simplex Σλ_m·θ_m (a triangular grid for 3, sampled points
     beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (methods: none, weight,
     learned, each aligning all models to a shared universe)."""
-    from glmc.experiments.barriers import format_table, run_barriers, write_csv
+    from glmc.experiments.barriers import format_decompositions, format_table, run_barriers, write_csv
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
 
@@ -67,6 +78,20 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
             check_out_path(path, option, inputs=models)
     if plot_path:
         check_plot_path(plot_path, inputs=models)
+    if decompose_plot:
+        check_plot_path(decompose_plot, "--decompose-plot", inputs=models)
+    if (decompose or decompose_plot) and (len(models) > 2 or mode == "circuit"):
+        raise click.UsageError("--decompose works on two models in native mode")
+    if decompose_plot and not decompose:
+        raise click.UsageError("--decompose-plot needs --decompose")
+    seed_list = _seeds(seeds)
+    by = tuple(g.strip() for g in decompose_by.split(",") if g.strip())
+    from glmc.paths.decompose import GROUPINGS
+
+    if not by or any(g not in GROUPINGS for g in by):
+        raise click.BadParameter(f"{decompose_by!r}: choose from {', '.join(GROUPINGS)}", param_hint="--decompose-by")
+    if decompose_plot and "cells" not in by:
+        raise click.UsageError("--decompose-plot draws the layers × roles cells: keep cells in --decompose-by")
     if plot_path and len(models) > 3:
         raise click.UsageError("--plot draws a ternary heat map for 3 models (or curves for 2); drop it for more")
     device = pick_device(data_kw.pop("device"))
@@ -77,9 +102,13 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
                         json_path, plot_path, mode, concentration, dtype)
     model_a, model_b = loaded
     result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
-                          align_options={"iterations": iterations, "steps": steps}, mode=mode, dtype=dtype)
+                          align_options={"iterations": iterations, "steps": steps}, mode=mode, dtype=dtype,
+                          seeds=seed_list, decompose=decompose_points if decompose else None,
+                          decompose_by=by)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
     click.echo(format_table(result))
+    if decompose:
+        click.echo("\n" + format_decompositions(result))
     if not distributed.is_main():  # every process has the same figures; the main one writes them
         return
     if json_path:
@@ -95,6 +124,25 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
         plot_curves(curves, plot_path, title=f"{models[0]} ↔ {models[1]} ({data_info['split']})",
                     show_acc=True)
         click.echo(f"wrote {plot_path}")
+    if decompose_plot:
+        from glmc.experiments.plots import plot_decompositions
+
+        plot_decompositions(result["results"], decompose_plot, title=f"{models[0]} ↔ {models[1]}: where the "
+                            f"barrier lives ({data_info['split']})")
+        click.echo(f"wrote {decompose_plot}")
+
+
+def _seeds(text):
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint="--seeds") \
+            from None
+    if not seeds:
+        raise click.BadParameter("give at least one seed", param_hint="--seeds")
+    return seeds
 
 
 def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,

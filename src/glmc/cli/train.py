@@ -39,6 +39,7 @@ def _common(f):
         click.option("--eval-every", type=COUNT, help="Validate every N steps."),
         click.option("--eval-batches", type=COUNT, help="Validation batches per periodic check [all]."),
         click.option("--patience", type=COUNT, help="Stop after N checks without improvement [never]."),
+        click.option("--save-every", type=COUNT, help="Also keep the weights every N steps: OUT/checkpoints/stepN/."),
         click.option("--device", default="cpu", show_default=True,
                      help="cpu, cuda, cuda:N or auto (cuda when available). Metrics are recorded for this device."),
         click.option("--quiet", is_flag=True, help="No progress bar."),

@@ -26,6 +26,12 @@ glmc.json (the record written beside the weights)::
     timing       wall_seconds (data + training + evaluation), train_seconds, periodic_eval_seconds,
                  final_eval_seconds, tokens_seen / images_seen, tokens_per_second / images_per_second
     environment  device, torch, transformers, threads, machine, python
+
+Intermediate checkpoints (``save_every`` = K): the initial weights (step0) and those after every K-th optimiser
+step (as trained, not the best validated ones) go to OUT/checkpoints/step{K·j}/, each a loadable model directory
+(weights, tokenizer and a glmc.json of kind "training-checkpoint" with model, data, tokenizer and training {…,
+"step"}), the layout of a suite with revisions; OUT itself holds the final (best) model. `glmc sweep
+--checkpoints RUN_A RUN_B` reads it.
 """
 
 import math
@@ -58,6 +64,7 @@ class TrainConfig:
     patience: int | None = None  # evaluations without improvement before stopping (None: never)
     eval_batch_size: int = 64
     train_eval_batches: int = 20  # deterministic training batches for the final "train" metric
+    save_every: int | None = None  # keep the weights every this many steps under OUT/checkpoints/step{N}/
 
 
 @dataclass
@@ -114,7 +121,8 @@ def snapshot(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def train_loop(model, ds, cfg: TrainConfig, progress=True) -> LoopResult:
+def train_loop(model, ds, cfg: TrainConfig, progress=True, save=None) -> LoopResult:
+    """Train `model` in place (module docstring); `save(model, step)` is called every `cfg.save_every` steps."""
     from tqdm.auto import tqdm
 
     total = total_steps(cfg, ds.num_batches("train", cfg.batch_size))
@@ -125,6 +133,8 @@ def train_loop(model, ds, cfg: TrainConfig, progress=True) -> LoopResult:
     horizon = total or 10**6  # time budget only: re-sized once the first 20 steps have been timed
     bar = tqdm(total=total, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
     stream = train_batches(ds, cfg)
+    if save is not None and cfg.save_every:  # the initialisation: step 0 of the suite
+        save(model, 0)
     model.train()
     start = time.perf_counter()
     for step in range(total if total is not None else 10**12):
@@ -140,6 +150,10 @@ def train_loop(model, ds, cfg: TrainConfig, progress=True) -> LoopResult:
         shown.update(loss=f"{ema:.3f}", lr=f"{opt.param_groups[0]['lr']:.1e}")
         bar.update(1)
         bar.set_postfix(shown, refresh=False)
+        if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0:
+            model.eval()
+            save(model, step + 1)
+            model.train()
         if deadline is not None and total is None and step == 19:  # time budget only: size the schedule
             horizon = bar.total = max(20, int(20 * (deadline - start) / (time.perf_counter() - start)))
         if (step + 1) % cfg.eval_every == 0 or step + 1 == total:
@@ -210,9 +224,9 @@ def environment(device) -> dict:
     return env
 
 
-def fit(model, ds, cfg: TrainConfig, progress=True) -> dict:
+def fit(model, ds, cfg: TrainConfig, progress=True, save=None) -> dict:
     """Train `model` in place and return the "training", "metrics" and "timing" parts of the record."""
-    loop = train_loop(model, ds, cfg, progress)
+    loop = train_loop(model, ds, cfg, progress, save)
     t = time.perf_counter()
     metrics = final_metrics(model, ds, cfg)
     unit = task(ds.task).unit
@@ -268,11 +282,52 @@ def run(family: str, data_spec: dict, shape: dict, cfg: TrainConfig, out=None, p
     seed_everything(cfg.seed)
     model = build_model(family, **shape).to(device)
     log(f"model: {family}, {sum(p.numel() for p in model.parameters()):,} parameters, {shape}")
-    parts = fit(model, ds, cfg, progress)
+    parts = fit(model, ds, cfg, progress, _saver(family, shape, ds, cfg, out) if out is not None else None)
     record = record_for(family, shape, ds, parts, time.perf_counter() - t0, device)  # wall time excludes the save
     if out is not None:
         save_model(model, out, record=record, tokenizer=getattr(ds, "tokenizer", None), overwrite=overwrite)
+        if _staging(out).is_dir():  # the intermediate checkpoints join the final model (which replaced OUT whole)
+            _staging(out).replace(checkpoint_dir(out, 0).parent)
     return model, record
+
+
+CHECKPOINTS = "checkpoints"
+
+
+def checkpoint_dir(out, step: int):
+    """Where `save_every` puts the weights after `step` steps: OUT/checkpoints/step{step}."""
+    from pathlib import Path
+
+    return Path(out) / CHECKPOINTS / f"step{step}"
+
+
+def _staging(out):
+    """Where intermediate checkpoints wait until the final model is saved (saving it replaces OUT whole)."""
+    from pathlib import Path
+
+    return Path(out).parent / f".{Path(out).name}.{CHECKPOINTS}"
+
+
+def _saver(family, shape, ds, cfg: TrainConfig, out):
+    """save(model, step): an intermediate checkpoint, atomically (a directory either complete or absent)."""
+    if not cfg.save_every:
+        return None
+    import shutil
+
+    import glmc
+    from glmc.models import save_model
+
+    shutil.rmtree(_staging(out), ignore_errors=True)  # left by an interrupted run
+
+    def save(model, step: int) -> None:
+        record = {"glmc_version": glmc.__version__, "kind": "training-checkpoint", "family": family, "model": shape,
+                  "data": ds.spec, "training": dict(asdict(cfg), step=step)}
+        if ds.task == "lm":
+            record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
+        save_model(model, _staging(out) / f"step{step}", record=record, tokenizer=getattr(ds, "tokenizer", None),
+                   overwrite=True)
+
+    return save
 
 
 def data_shape(family: str, ds, shape: dict | None = None) -> dict:
