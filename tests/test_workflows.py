@@ -216,7 +216,7 @@ def test_sweep_refuses_bad_grids(runs, tmp_path):
     assert "share no checkpoints/stepN" in fails("--checkpoints", runs[0] / "checkpoints", runs[1])
     assert "one of --checkpoints, --revisions and --at" in fails("--checkpoints", *runs, "--at", "x=a:b")
     out = fails("--revisions", "step0", "nobody/none-such", "nobody/other")
-    assert "not in the local Hugging Face cache" in out and "Traceback" not in out
+    assert "local Hugging Face cache" in out and "Traceback" not in out
 
 
 @pytest.mark.slow
@@ -279,3 +279,22 @@ def test_decompose_by_chooses_the_groupings(runs, tmp_path):
     assert set(d["parts"]) == {"roles"} and d["all_parts_max_abs_diff"] == 0.0
     out = run_cli("report", tmp_path / "b.json", "-o", tmp_path / "r.html")
     assert "1 figures" in out  # the curves; no heat map without cells
+
+
+def test_sweep_revisions_resolve_in_a_local_cache(tmp_path, monkeypatch):
+    from conftest import make_cache
+
+    from glmc.cli.sweep import resolve_revision
+    from glmc.errors import BadCheckpoint
+
+    saved = {}
+    for name in ("step0", "step1000"):
+        saved[name] = tmp_path / "src" / name
+        tiny_gpt2(seed=len(saved)).save_pretrained(saved[name])
+    cache = make_cache(tmp_path / "hub", "org/run-seed1", saved)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    got = resolve_revision("org/run-seed1", "step1000")
+    assert got.is_dir() and (got / "config.json").read_bytes() == (saved["step1000"] / "config.json").read_bytes()
+    assert resolve_revision("org/run-seed1", "step0") != got
+    with pytest.raises(BadCheckpoint, match="hf download org/run-seed1 --revision step9"):
+        resolve_revision("org/run-seed1", "step9")

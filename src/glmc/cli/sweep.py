@@ -133,15 +133,11 @@ def _parse_at(text: str):
 
 
 def resolve_revision(repo_id: str, revision: str) -> Path:
-    """The folder of `revision` of hub model `repo_id` in the local Hugging Face cache (nothing is downloaded).
-    The hook where glmc's own revision resolution (issue: hub suites) plugs in."""
-    try:
-        from huggingface_hub import snapshot_download
+    """The folder of `revision` of hub model `repo_id` in the local Hugging Face cache (nothing is downloaded;
+    glmc/models/hub.py: a missing revision is one line naming the download command)."""
+    from glmc.models.hub import snapshot
 
-        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
-    except Exception:
-        raise BadCheckpoint(f"{repo_id} at revision {revision} is not in the local Hugging Face cache; download it "
-                            f"first (huggingface-cli download {repo_id} --revision {revision})") from None
+    return snapshot(repo_id, revision)
 
 
 def _barrier_args(points, seeds, steps, iterations, data, split, batch_size, max_batches, max_tokens, device):

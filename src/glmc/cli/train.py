@@ -16,7 +16,7 @@ FRACTION = click.FloatRange(min=0, max=1, min_open=True)
 
 COMMON = ("preset", "seed", "out", "overwrite", "layers", "width", "heads", "mlp", "dropout", "steps", "epochs",
           "minutes", "batch_size", "lr", "weight_decay", "warmup", "grad_clip", "eval_every", "eval_batches",
-          "patience", "device", "quiet")
+          "patience", "save_every", "device", "quiet")
 
 
 def _common(f):
