@@ -433,6 +433,7 @@ class AdapterConformance:
         """The barrier decomposition (glmc/paths/decompose.py) from this family's declarations: each grouping
         partitions the canonical keys, and interpolating every part together reproduces the whole path exactly."""
         from glmc.paths.decompose import decompose_path
+        from glmc.tasks import task as get_task
         from glmc.symmetry.parts import groupings
 
         a, adapter, arch = self.parts(config)
@@ -444,8 +445,9 @@ class AdapterConformance:
         x = probe_inputs(a, n=2, seq=8)
         gen = torch.Generator().manual_seed(3)
         classes = logits(a, x).shape[-1]
-        target = torch.randint(0, classes, x.shape[:2] if arch.task == "lm" else x.shape[:1], generator=gen)
-        batch = {**adapter.batch_of(x), ("targets" if arch.task == "lm" else "labels"): target}
+        task = get_task(arch.task)  # the target key and shape come from the task registry
+        target = torch.randint(0, classes, x.shape[:2] if task.per_position else x.shape[:1], generator=gen)
+        batch = {**adapter.batch_of(x), task.target_key: target}
         d = decompose_path(a, b, [batch], arch.task, [0.0, 0.5, 1.0], by=("cells",))
         assert not d["uncovered_keys"] and d["all_parts_max_abs_diff"] == 0.0, d["all_parts_max_abs_diff"]
         assert sum(p["parameters"] for p in d["parts"]["cells"].values()) == sum(v.numel() for v in view.values())

@@ -103,9 +103,10 @@ def test_norm_declarations_drive_canonicalisation():
     gamma = view["blocks.0.ln1.w"].double() + 1
     assert torch.allclose(folded["blocks.0.attn.q.w"].double(), view["blocks.0.attn.q.w"].double() * gamma,
                           atol=1e-5)
-    # a norm on the stream (post-norm) is refused by name; mixed centring too
+    # a norm on the stream (post-norm) under a residual group larger than it allows is refused by name (the
+    # encoders declare the ±P group it leaves); mixed centring too
     post = dataclasses.replace(arch, norms={**arch.norms, "blocks.{i}.ln2": NormSpec("layernorm", "w", "stream")})
-    with pytest.raises(UnsupportedModel, match="post-norm"):
+    with pytest.raises(UnsupportedModel, match="keep their gains on the stream"):
         canonicalise(view, post)
     mixed = dataclasses.replace(arch, norms={**arch.norms, "ln_final": NormSpec("rmsnorm")})
     with pytest.raises(UnsupportedModel, match="mix kinds"):
