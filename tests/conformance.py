@@ -433,8 +433,8 @@ class AdapterConformance:
         """The barrier decomposition (glmc/paths/decompose.py) from this family's declarations: each grouping
         partitions the canonical keys, and interpolating every part together reproduces the whole path exactly."""
         from glmc.paths.decompose import decompose_path
-        from glmc.tasks import task as get_task
         from glmc.symmetry.parts import groupings
+        from glmc.tasks import task as get_task
 
         a, adapter, arch = self.parts(config)
         b = self.make(config, seed=1)
