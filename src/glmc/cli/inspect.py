@@ -24,13 +24,18 @@ def command(models, as_json, revision):
         return
     for m in report["models"]:
         click.echo(_model_line(m))
+        rows = []
         for role, g in m["groups"].items():
+            params = ", ".join(f"{k} {v}" for k, v in (g.get("params") or {}).items())
+            kind = g["kind"] + (f" ({params})" if params else "")
             copies = f" × {g['batch']} copies" if g.get("batch") else ""
             layers = " per layer" if g.get("per_layer") else ""
             extra = f" (also {', '.join(g['extensions'])})" if g.get("extensions") else ""
-            click.echo(f"  {role:<10}{g['kind']:<24}size {g['size']}{copies}{layers}{extra}")
-        for role, why in m["refused"].items():
-            click.echo(f"  {role:<10}{'refused':<24}{why}")
+            rows.append((role, kind, f"size {g['size']}{copies}{layers}{extra}"))
+        rows += [(role, "refused", why) for role, why in m["refused"].items()]
+        w_role, w_kind = (max(len(r[i]) for r in rows) + 2 for i in (0, 1)) if rows else (0, 0)
+        for role, kind, what in rows:
+            click.echo(f"  {role:<{w_role}}{kind:<{w_kind}}{what}")
     if "compatible" in report:
         if report["compatible"]:
             click.echo(f"can be aligned: the {len(models)} models share family, depth, fixed sizes and tokenizer")
