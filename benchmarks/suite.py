@@ -151,12 +151,19 @@ def train_command(pair: Pair, seed: int, out: Path) -> list[str]:
     return [glmc, "train", *pair.train, "--seed", str(seed), "--out", str(out), "--quiet"]
 
 
+# encoders train their own tokenizer, and the tokenizers package's WordPiece trainer is not deterministic across
+# processes: the second seed reads the first one's tokenizer, as MultiBERTs' seeds share one
+SHARED_TOKENIZER = ("bert", "roberta")
+
+
 def train_pair(pair: Pair, cache: Path) -> list[Path]:
     paths = []
     for seed in pair.seeds:
         out = cache / "models" / f"{pair.name}-seed{seed}"
         if not (out / "glmc.json").is_file():
             cmd = train_command(pair, seed, out)
+            if paths and pair.family in SHARED_TOKENIZER:
+                cmd += ["--tokenizer", f"pretrained:{paths[0]}"]
             print("+", " ".join(cmd[1:]), flush=True)
             subprocess.run(cmd + ["--overwrite"], check=True)
         paths.append(out)
