@@ -21,6 +21,12 @@ from glmc.view.canonical import canonicalise
 
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
 
+# Tensors the matching passes score (moves, residual crosses, head similarities) are float64 up to this many
+# entries and float32 above: float32 is 2-5x faster, and models of up to ~256 wide (every tuning pair of
+# benchmarks/suite.py) keep the float64 results their defaults were chosen on, which a rounding change can flip
+# through near-tied assignments. GPT-2-124M's attention matrices (589,824 entries) are above it.
+SCORING_FLOAT64_UP_TO = 1 << 18
+
 
 @dataclass
 class Alignment:

@@ -41,9 +41,9 @@ from tqdm.auto import tqdm
 from glmc import distributed
 from glmc.errors import BadOption
 from glmc.matching import nullspace
+from glmc.matching.alternation import weight_matching
 from glmc.matching.checkpointing import checkpointed
 from glmc.matching.common import canonical_pair, finish
-from glmc.matching.weight import weight_matching
 from glmc.models.evaluate import summed, training_loss
 from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.spec import split_name

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 
 from glmc.errors import BadOption, IncompatibleModels
+from glmc.matching.alternation import weight_matching
 from glmc.matching.common import (
     FUNCTION_TOL,
     canonical_cpu_view,
@@ -29,7 +30,7 @@ from glmc.matching.common import (
     move_consuming,
     squared_norm,
 )
-from glmc.matching.weight import moved_part, weight_matching
+from glmc.matching.residual_fit import moved_part
 from glmc.symmetry.transform import Transform
 
 
