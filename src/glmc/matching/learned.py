@@ -48,6 +48,7 @@ from glmc.models.evaluate import summed, training_loss
 from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements, constant_first
+from glmc.view.circuit import circuit_model, circuit_params
 
 DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
 # AdamW's learning rate for the latents (decision D6; the paper's code: 3e-4)
@@ -182,8 +183,6 @@ class LearnedMatcher:
         dtype = eval_dtype(autocast)
         self.autocast = None if dtype in (None, torch.float32) else dtype
         if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/view/circuit.py)
-            from glmc.view.circuit import circuit_model
-
             template = circuit_model(template)
         else:
             template = adapter.untie(template)
@@ -248,8 +247,6 @@ class LearnedMatcher:
             weights = [1.0 - weights, float(weights)]
         moved = self.moved(hard)
         if self.mode == "circuit":
-            from glmc.view.circuit import circuit_params
-
             reps = [circuit_params(m, self.arch.n_layer) for m in moved]
             return self.template.state({k: _mix(weights, [r[k] for r in reps]) for k in reps[0]})
         mixed = {k: _mix(weights, [m[k] for m in moved]) for k in self.views[0]}
