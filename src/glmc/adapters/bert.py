@@ -251,7 +251,7 @@ class BertAdapter(Adapter):
     def load(self, path):
         import transformers
 
-        return load_pretrained(getattr(transformers, self._class_name(path)), path)
+        return load_pretrained(getattr(transformers, self._class_name(path)), path, self.renames)
 
     def save(self, model, directory) -> None:
         save_pretrained(model, directory)

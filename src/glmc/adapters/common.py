@@ -10,6 +10,9 @@ from pathlib import Path
 
 import torch
 
+from glmc.adapters.base import TrainOption
+from glmc.adapters.files import note_pickled, read_pickled, weight_files
+
 ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
                "sigmoid", "gelu_accurate", "mish"}
 
@@ -35,8 +38,6 @@ class ViTTraining:
 
     @property
     def train_options(self):
-        from glmc.adapters.base import TrainOption
-
         return (TrainOption("patch", "count", "Patch size (must divide the image size)."),
                 TrainOption("augment", "choice", "[crop-flip for CIFAR, else none]", ("none", "crop-flip")),
                 TrainOption("activation", "choice", "", ("gelu", "relu"), default="gelu"),
@@ -120,13 +121,11 @@ def hf_config(path) -> dict | None:
     return config
 
 
-def load_pretrained(model_class, path):
+def load_pretrained(model_class, path, renames: dict | None = None):
     """`model_class.from_pretrained(path)` from local files only (never a hub), in the dtype the weights are stored
     in: safetensors (single or sharded), or else pytorch_model.bin (single or sharded) read by
-    torch.load(weights_only=True) only (glmc/adapters/files.py). The directory's adapter's `renames` are applied
-    to stored names (from_pretrained's key_mapping)."""
-    from glmc.adapters.files import note_pickled, read_pickled, weight_files
-    from glmc.adapters.registry import adapter_for_dir
+    torch.load(weights_only=True) only (glmc/adapters/files.py). `renames`, the loading adapter's
+    (Adapter.renames), are applied to stored names (from_pretrained's key_mapping)."""
 
     p = Path(path)
     kind, files = weight_files(p)
@@ -139,7 +138,6 @@ def load_pretrained(model_class, path):
     except (ValueError, OSError) as e:
         raise ValueError(f"invalid config.json in {p}: {e}") from None
     options = dict(config=config, local_files_only=True, dtype="auto")
-    renames = adapter_for_dir(p).renames
     if renames:
         options["key_mapping"] = dict(renames)
     with quiet_hf():
