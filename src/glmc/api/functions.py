@@ -17,6 +17,7 @@ from glmc.api.sources import (
     in_dtype,
     remember,
     remember_dtype,
+    resolve_model_path,
     source_of,
     stored_dtype,
     torch_dtype,
@@ -52,7 +53,6 @@ def load_model(path_or_id, device=None, cache_dir=None, revision=None):
             the cache (the message names the `hf download` command that fetches it).
         UnsupportedModel: a model family or feature glmc cannot transform exactly.
     """
-    from glmc.api.checkpoints import resolve_model_path
     from glmc.models.checkpoint import load_checked
 
     path = resolve_model_path(path_or_id, revision, cache_dir)

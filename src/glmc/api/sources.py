@@ -10,6 +10,9 @@ from __future__ import annotations
 import weakref
 from pathlib import Path
 
+from glmc.errors import BadOption
+from glmc.models.hub import snapshot
+
 _SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _DTYPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the dtype its weights were stored in
 COMPUTE_DTYPES = ("float32", "float64")
@@ -105,3 +108,15 @@ def write_like(model, source_dir, target, dtype=None, max_shard_size=None) -> No
             record = {**record, "derived_from": str(source_dir)}
     Path(target).mkdir(parents=True, exist_ok=True)
     write_model_files(model, Path(target), record=record, tokenizer=tokenizer, max_shard_size=max_shard_size)
+
+
+def resolve_model_path(path_or_id, revision=None, cache_dir=None) -> Path:
+    """The directory a model argument names: an existing path as it is, or a hub id's snapshot in the local cache
+    (glmc/models/hub.py). Raises BadCheckpoint / BadOption naming the fix."""
+    path = Path(str(path_or_id)).expanduser()
+    if path.exists():
+        if revision is not None:
+            raise BadOption(f"--revision applies to hub ids; {path_or_id} is a directory (give ORG/NAME, or the "
+                            "directory of the revision you want)")
+        return path
+    return snapshot(str(path_or_id), revision, cache_dir)
