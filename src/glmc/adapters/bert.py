@@ -35,6 +35,7 @@ Groups (derivations in docs/encoders.md and glmc/symmetry/declarations.py):
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
@@ -315,9 +316,8 @@ class BertAdapter(Adapter):
 
     def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
         """A text source read as masked-LM blocks of the model's length, with the tokenizer saved beside it."""
-        from pathlib import Path
+        from glmc.data import task_of  # glmc.data loads the tokenizer stack (~0.25 s); adapters load it on use
 
-        from glmc.data import task_of
 
         try:
             if task_of(source) != "lm":

@@ -12,6 +12,7 @@ import torch
 
 from glmc.adapters.base import TrainOption
 from glmc.adapters.files import note_pickled, read_pickled, weight_files
+from glmc.errors import BadCheckpoint, BadOption, UnsupportedModel
 
 ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
                "sigmoid", "gelu_accurate", "mish"}
@@ -47,8 +48,6 @@ class ViTTraining:
     def pooling(self, pool: str | None):
         """The build() pool value for --pool (None: the preset's)."""
         if pool == "avg":
-            from glmc.errors import BadOption
-
             raise BadOption(f"--family {self.train_variant} pools the class token only; use --family timm for "
                             "average pooling")
         return None
@@ -65,7 +64,7 @@ class ViTTraining:
 
 def fitting_patch(spec: dict, patch: int, log) -> int:
     """The preset's patch, or the largest smaller one that divides the image size (8×8 digits, 32×32 CIFAR)."""
-    import glmc.data
+    import glmc.data  # the tokenizer stack (~0.25 s); adapters load it on use
 
     size = glmc.data.load(glmc.data.parse_spec(spec)).image_size
     fitted = max(d for d in range(1, min(patch, size) + 1) if size % d == 0)
@@ -165,10 +164,8 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
     """{name on disk: shape} of every parameter of the transformers model config.json describes (tied ones once),
     built on the meta device (no memory, no weights) and named as save_pretrained names them, with the class's
     base_model_prefix under key None. None if this transformers version does not expose its on-disk naming."""
-    import torch
     import transformers
 
-    from glmc.errors import BadCheckpoint
 
     try:  # transformers 5 renames some weights between modules and files; save_pretrained applies this
         from transformers.core_model_loading import revert_weight_conversion
@@ -190,8 +187,6 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
 
 def token_probe(vocab_size: int, positions: int, n: int, seq: int, gen=None):
     """Random token ids a causal LM accepts: n sequences of at most `positions` tokens."""
-    import torch
-
     gen = gen or torch.Generator().manual_seed(0)
     return torch.randint(0, vocab_size, (n, min(seq, positions)), generator=gen)
 
@@ -237,8 +232,6 @@ def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):
     written in place, as interpolation does, must never write into the view). Buffers the state lacks (RoPE
     frequencies) are taken from `source`, which has the same ones. `may_miss`: parameters the state may lack (a
     tied head, which the caller ties)."""
-    from glmc.errors import UnsupportedModel
-
     shared = {v.untyped_storage().data_ptr() for v in view.values()}
     own = {}
     for k, t in state.items():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from glmc.symmetry.elements import DenseMap, IndexMap
 from glmc.symmetry.solvers import circuit_similarity
@@ -28,6 +27,8 @@ def ones_complement_basis(d: int) -> torch.Tensor:
 
 def assignment_src(m: torch.Tensor) -> torch.Tensor:
     """src with Σ_j m[src[j], j] maximal: new coordinate j takes old coordinate src[j]."""
+    from scipy.optimize import linear_sum_assignment  # scipy.optimize: 0.25 s to import, needed here only
+
     rows, cols = linear_sum_assignment(m.detach().cpu().double().numpy(), maximize=True)
     src = torch.empty(m.shape[1], dtype=torch.long)
     src[torch.as_tensor(cols)] = torch.as_tensor(rows)
