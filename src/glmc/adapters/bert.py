@@ -51,6 +51,7 @@ from glmc.adapters.common import (
     save_pretrained,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Entry, Layout, NameMap, layer_norm
+from glmc.data import task_of
 from glmc.symmetry.declarations import NormSpec
 from glmc.symmetry.spec import GroupSpec, transformer_groups
 
@@ -316,8 +317,6 @@ class BertAdapter(Adapter):
 
     def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
         """A text source read as masked-LM blocks of the model's length, with the tokenizer saved beside it."""
-        from glmc.data import task_of  # glmc.data loads the tokenizer stack (~0.25 s); adapters load it on use
-
 
         try:
             if task_of(source) != "lm":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+import glmc.data
 from glmc.adapters.base import TrainOption
 from glmc.adapters.files import note_pickled, read_pickled, weight_files
 from glmc.errors import BadCheckpoint, BadOption, UnsupportedModel
@@ -64,8 +65,6 @@ class ViTTraining:
 
 def fitting_patch(spec: dict, patch: int, log) -> int:
     """The preset's patch, or the largest smaller one that divides the image size (8×8 digits, 32×32 CIFAR)."""
-    import glmc.data  # the tokenizer stack (~0.25 s); adapters load it on use
-
     size = glmc.data.load(glmc.data.parse_spec(spec)).image_size
     fitted = max(d for d in range(1, min(patch, size) + 1) if size % d == 0)
     if fitted != patch:

@@ -7,10 +7,14 @@ directory, so later commands need no data flags; a model glmc did not load is sa
 
 from __future__ import annotations
 
+import copy
 import weakref
 from pathlib import Path
 
+import torch
+
 from glmc.errors import BadOption
+from glmc.models import read_record, write_model_files
 from glmc.models.hub import snapshot
 
 _SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -33,8 +37,6 @@ def source_of(model) -> Path | None:
 
 def weights_dtype(model):
     """The dtype of `model`'s floating-point parameters (the first one's)."""
-    import torch
-
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
@@ -54,9 +56,6 @@ def remember_dtype(model, dtype) -> None:
 
 def torch_dtype(name, option: str = "dtype", choices=WRITE_DTYPES):
     """A torch dtype from its name ("bfloat16") or itself; None stays None. BadOption for anything else."""
-    import torch
-
-    from glmc.errors import BadOption
 
     if name is None or isinstance(name, torch.dtype):
         return name
@@ -68,8 +67,6 @@ def torch_dtype(name, option: str = "dtype", choices=WRITE_DTYPES):
 def in_dtype(model, dtype):
     """`model` itself when its floating-point weights are all `dtype`, else a copy cast to `dtype` that keeps
     the original's directory and stored dtype (the caller's model is never modified)."""
-    import copy
-
     if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
         return model
     out = copy.deepcopy(model).to(dtype)
@@ -81,8 +78,6 @@ def in_dtype(model, dtype):
 
 def cast_copy(model, dtype):
     """A copy of `model` with its floating-point weights rounded to `dtype` (the model itself if they are)."""
-    import copy
-
     if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
         return model
     return copy.deepcopy(model).to(dtype)
@@ -92,8 +87,6 @@ def write_like(model, source_dir, target, dtype=None, max_shard_size=None) -> No
     """Write `model` into the directory `target` (inside an atomic write; see glmc.io.atomic_dir) with the tokenizer
     and the glmc.json record of `source_dir` (when given), marked as derived from it; its weights rounded to
     `dtype` when given (the model in memory is left as it is)."""
-    from glmc.models import read_record, write_model_files
-
     if dtype is not None:
         model = cast_copy(model, torch_dtype(dtype))
 
