@@ -385,7 +385,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     "circuit" interpolates the paper's circuit form; `fill`/`learn_free`: an embedded narrower B's null space;
     `autocast` ("bfloat16", "float16"): the training steps' forward and backward in that precision; `checkpoint`:
     recompute each block's activations during backward instead of keeping them (less memory, ~⅓ more compute);
-    `restarts`: the weight-matching start's (glmc/matching/weight.py; None: 1)."""
+    `restarts`: the weight-matching start's (glmc/matching/alternation.py; None: 1)."""
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)

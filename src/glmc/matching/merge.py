@@ -65,7 +65,7 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
                        balanced: bool = True):
     """(transforms, per-round log): transforms[m] brings model m into the shared universe (transforms[0] is the
     identity after the first round unless later rounds move model 1 too). `balanced`: weight matching's
-    residual fit (glmc/matching/weight.py)."""
+    residual fit (glmc/matching/alternation.py)."""
     k = len(views)
     weights = weights or [1.0 / k] * k
     transforms = [Transform() for _ in views]
