@@ -283,7 +283,6 @@ def test_decompose_by_chooses_the_groupings(runs, tmp_path):
 
 def test_sweep_revisions_resolve_in_a_local_cache(tmp_path, monkeypatch):
     from conftest import make_cache
-
     from glmc.cli.sweep import resolve_revision
     from glmc.errors import BadCheckpoint
 
