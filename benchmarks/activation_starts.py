@@ -52,9 +52,10 @@ def main(argv=None):
     import glmc
     import glmc.data
     from glmc.matching import align
-    from glmc.matching import weight as wm
+    from glmc.matching import alternation as wm
     from glmc.matching.common import canonical_pair, finish, model_device
     from glmc.matching.learned import DEFAULT_LR, DEFAULT_PERM_LR, DEFAULT_STEPS, LearnedMatcher
+    from glmc.matching.residual_fit import residual_kind, solve_residual
     from glmc.models import load_model
     from glmc.symmetry.spec import split_name
     from glmc.symmetry.transform import Transform
@@ -76,7 +77,7 @@ def main(argv=None):
     def alternation(first: str, fixed: bool) -> Transform:
         _, arch, va, vb = canonical_pair(a, b)
         eye = torch.eye(va["blocks.0.attn.q.w"].shape[-1], dtype=torch.float64)
-        res = act.transform["residual"] if first == "act" else wm.solve_residual(eye, wm.residual_kind(arch))
+        res = act.transform["residual"] if first == "act" else solve_residual(eye, residual_kind(arch))
         t, _ = wm.weight_matching(va, perms.apply(vb, arch) if fixed else vb, arch, progress=False, tol=wm.TOL,
                                   first_maps=[res], permutations=not fixed)
         return perms.then(t, arch) if fixed else t

@@ -39,9 +39,9 @@ def step_times(a_dir: Path, b_dir: Path, steps: int) -> dict:
 
     import glmc.data
     from glmc.api import load_model
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import LearnedMatcher
-    from glmc.matching.weight import weight_matching
     from glmc.models.evaluate import forward_logits
 
     torch.manual_seed(0)

@@ -68,9 +68,9 @@ def part_learned(a_path: str, b_path: str, batch: int, context: int, steps: int,
     import torch
 
     from glmc.api import load_model
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import LearnedMatcher
-    from glmc.matching.weight import weight_matching
 
     a, b = load_model(a_path, device=device), load_model(b_path, device=device)
     adapter, arch, view_a, view_b = canonical_pair(a, b)

@@ -56,8 +56,8 @@ def main(argv=None):
     import glmc.data
     from glmc.matching import align
     from glmc.matching.activation import correlations
+    from glmc.matching.assignments import assignment
     from glmc.matching.common import canonical_pair
-    from glmc.matching.weight import _assignment
     from glmc.models import load_model
     from glmc.symmetry.spec import group_name
 
@@ -86,7 +86,7 @@ def main(argv=None):
             n = torch.arange(c.shape[0])
             wperm = found["weight"].transform.elements[group_name("mlp", i)]
             row = {"pair": name, "layer": i, "units": c.shape[0], "best": c.max(1).values.median().item(),
-                   "optimal": c[n, _assignment(c).src].median().item(), "weight": c[n, wperm.src].median().item()}
+                   "optimal": c[n, assignment(c).src].median().item(), "weight": c[n, wperm.src].median().item()}
             rows.append(row | {"vanilla": vanilla, "pct": pct})
             md.append(f"| {name} | {i} | {row['units']} | {row['best']:.3f} | {row['optimal']:.3f} | "
                       f"{row['weight']:.3f} |")

@@ -23,8 +23,9 @@ import torch
 from conftest import run_cli
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs, verify_model
-from glmc.matching.common import view_distance
-from glmc.matching.weight import ResidualPass, residual_keys, streamed_distance, weight_matching
+from glmc.matching.alternation import weight_matching
+from glmc.matching.common import residual_keys, view_distance
+from glmc.matching.residual_fit import ResidualPass, streamed_distance
 from glmc.models import load_model, save_model
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform, resolve

@@ -152,9 +152,9 @@ def test_exact_transform_is_projected_in_float64_whatever_the_latents():
 def test_autocast_runs_the_training_loss_in_low_precision_and_keeps_latents_float32():
     from types import SimpleNamespace
 
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import LearnedMatcher
-    from glmc.matching.weight import weight_matching
 
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
     adapter, arch, va, vb = canonical_pair(a, b)
@@ -187,9 +187,9 @@ def test_gradient_checkpointing_gives_the_same_step_and_recomputes_the_blocks(fa
     the template's own), so the loss and every latent's gradient are those of the plain step."""
     from types import SimpleNamespace
 
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import LearnedMatcher
-    from glmc.matching.weight import weight_matching
 
     a, b = (tiny_gpt2(seed=0), tiny_gpt2(seed=1)) if family == "gpt2" else (_llama(0), _llama(1))
     adapter, arch, va, vb = canonical_pair(a, b)
@@ -221,9 +221,9 @@ def test_gradient_checkpointing_is_refused_in_circuit_mode():
     from types import SimpleNamespace
 
     from glmc.errors import BadOption
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import LearnedMatcher
-    from glmc.matching.weight import weight_matching
 
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
     adapter, arch, va, vb = canonical_pair(a, b)
@@ -245,9 +245,9 @@ def test_learned_matching_keeps_weight_matchings_permutations_unless_given_a_per
     while the continuous maps train; a positive rate puts them back in the optimiser with gradients."""
     from types import SimpleNamespace
 
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import DEFAULT_PERM_LR, LearnedMatcher
-    from glmc.matching.weight import weight_matching
 
     assert DEFAULT_PERM_LR == 0.0
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
@@ -289,9 +289,9 @@ def test_learned_perm_learns_its_permutations_and_learned_does_not(gpt2_pair):
 
 
 def test_a_constant_permutation_latent_is_projected_once_and_again_after_it_changes():
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.matching.learned import Latents
-    from glmc.matching.weight import weight_matching
 
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
     _, arch, va, vb = canonical_pair(a, b)

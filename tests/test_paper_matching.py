@@ -7,8 +7,9 @@ import json
 import torch
 
 from conftest import run_cli, tiny_gpt2
+from glmc.matching.heads import head_factors
 from glmc.matching.paper import block_cross, circuit_distances, paper_weight_matching, table_cross
-from glmc.matching.weight import head_factors, solve_residual
+from glmc.matching.residual_fit import solve_residual
 from glmc.symmetry.random import random_class_element
 from glmc.view.circuit import circuit_params
 from glmc.view.model_ops import canonical_view

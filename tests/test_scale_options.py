@@ -177,7 +177,7 @@ def test_per_head_fit_gradient_in_closed_form_is_autograds():
     """FactorGrams.loss_and_grad's closed form (D = C^-T, so a gradient G_D in D is −D·G_Dᵀ·D in C) against
     autograd through the inverse; and a big batch's float32 search still returns float64 maps no worse than its
     start."""
-    from glmc.matching.weight import FactorGrams, fit_factor_grams
+    from glmc.symmetry.solvers import FactorGrams, fit_factor_grams
 
     g = torch.Generator().manual_seed(0)
     xa, xb, ya, yb = (torch.randn(5, 8, 20, dtype=torch.float64, generator=g) for _ in range(4))

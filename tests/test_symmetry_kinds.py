@@ -116,7 +116,7 @@ def test_rotary_head_similarity_sees_exactly_the_rotary_qk_maps():
     """weight matching's per-plane QK similarity: unchanged by any scale-rotation QK map (q ↦ C·q, k ↦ C^-T·k),
     changed by a general invertible one (which RoPE does not admit), and ‖M‖² of the per-plane circuits on the
     diagonal."""
-    from glmc.matching.weight import circuit_similarity, rotary_circuit_similarity
+    from glmc.symmetry.solvers import circuit_similarity, rotary_circuit_similarity
 
     gen = torch.Generator().manual_seed(5)
     q, k = (torch.randn(3, 8, 6, dtype=torch.float64, generator=gen) for _ in range(2))  # [heads, k, d]
@@ -153,7 +153,7 @@ def test_a_restricted_declaration_reaches_every_algorithm():
     """An adapter restricts a group by declaring another kind: here orthogonal per-head maps. Random elements,
     verify, inversion and weight matching's solver then all use it."""
     from glmc.invariance import verify_model
-    from glmc.matching.weight import weight_matching
+    from glmc.matching.alternation import weight_matching
 
     model = tiny_gpt2(n_layer=1, n_embd=16, n_head=2)
     adapter = adapter_for(model)

@@ -9,7 +9,9 @@ import torch
 from conftest import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.matching import align
-from glmc.matching.weight import score_keys, seen_token_rows, signature_similarity, unit_signatures
+from glmc.matching.heads import score_keys
+from glmc.matching.mlp_units import signature_similarity, unit_signatures
+from glmc.matching.residual_fit import seen_token_rows
 from glmc.symmetry.random import random_full_transform
 from glmc.view.model_ops import transform_model
 
@@ -73,8 +75,8 @@ def test_an_unknown_unit_similarity_is_refused_by_name():
 
 def test_restarts_keep_the_closest_alternation_and_still_recover_a_planted_symmetry():
     from glmc.errors import BadOption
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
-    from glmc.matching.weight import weight_matching
 
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
     _, arch, va, vb = canonical_pair(a, b)
@@ -93,21 +95,21 @@ def test_restarts_keep_the_closest_alternation_and_still_recover_a_planted_symme
 
 
 def test_restarts_default_to_two_for_small_models_and_one_above_the_size_limit(monkeypatch):
-    from glmc.matching import weight
+    from glmc.matching import alternation
 
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
     # restarts are glmc's alternation's (GPT-2's own default is the paper's, which runs from one first map)
     al = align(a, b, "weight", iterations=3, progress=False, algorithm="glmc")
     assert al.report["restarts"] == 2 and {s.get("restart") for s in al.report["iterations"]} >= {0, 1}
-    monkeypatch.setattr(weight, "AUTO_RESTARTS_UP_TO", sum(p.numel() for p in a.parameters()) // 2)
+    monkeypatch.setattr(alternation, "AUTO_RESTARTS_UP_TO", sum(p.numel() for p in a.parameters()) // 2)
     al = align(a, b, "weight", iterations=3, progress=False, algorithm="glmc")
     assert al.report["restarts"] == 1 and not any("restart" in s for s in al.report["iterations"])
     assert align(a, b, "weight", iterations=3, progress=False, restarts=3).report["restarts"] == 3
 
 
 def test_fixed_permutations_still_fit_the_continuous_maps_and_a_given_first_map_is_used():
+    from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
-    from glmc.matching.weight import weight_matching
     from glmc.symmetry.random import random_class_element
     from test_conformance_llama import llama
 

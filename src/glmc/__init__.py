@@ -11,6 +11,8 @@ help(glmc.align), help(glmc.barrier), … document each call. The names below ar
 `import glmc` (and the CLI) stays fast.
 """
 
+import importlib
+import importlib.util
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -40,9 +42,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    import importlib
-    import importlib.util
-
     if name in __all__:
         return getattr(importlib.import_module("glmc.api"), name)
     if importlib.util.find_spec(f"glmc.{name}") is not None:  # subpackages, e.g. glmc.data after `import glmc`

@@ -17,6 +17,10 @@ from __future__ import annotations
 import functools
 import os
 
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+
 # where launchers put the world size and this process's ranks: torchrun and `accelerate launch` set the first of
 # each; MPI launchers (`accelerate launch --mpirun_hostfile`) the others (the variables accelerate reads)
 WORLD_SIZE_ENV = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -55,8 +59,6 @@ def is_main() -> bool:
 
 
 def _cpu_only() -> bool:
-    import torch
-
     # `accelerate launch --cpu` sets ACCELERATE_USE_CPU; without CUDA there is nothing else to run on
     flag = os.environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "true", "yes")
     return flag or not torch.cuda.is_available()
@@ -65,15 +67,11 @@ def _cpu_only() -> bool:
 @functools.cache
 def _state():
     """accelerate's PartialState: initialises the process group once, the first time a process needs it."""
-    from accelerate import PartialState
-
     return PartialState(cpu=_cpu_only())
 
 
 def device():
     """This process's own device under a launcher: cuda:LOCAL_RANK on GPUs, else the CPU."""
-    import torch
-
     if not launched():
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     d = _state().device
@@ -82,9 +80,6 @@ def device():
 
 def _comm_device():
     """Where collectives run: NCCL needs the process's GPU even for the sums of a model kept on the CPU."""
-    import torch
-    import torch.distributed as dist
-
     _state()
     return torch.device("cuda", local_rank()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
@@ -107,9 +102,6 @@ def all_sum(values: list) -> list[float]:
     """The element-wise sums of `values` (numbers) over every process, in float64 (exact for counts < 2^53)."""
     if not launched():
         return [float(v) for v in values]
-    import torch
-    import torch.distributed as dist
-
     t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t)
     return t.tolist()
@@ -127,9 +119,6 @@ def sum_gradients(params) -> None:
     params = list(params)
     if not launched() or not params:
         return
-    import torch
-    import torch.distributed as dist
-
     comm, dtype = _comm_device(), functools.reduce(torch.promote_types, (p.dtype for p in params))
     parts = [p.grad.detach().reshape(-1).to(comm, dtype) if p.grad is not None
              else torch.zeros(p.numel(), device=comm, dtype=dtype) for p in params]
@@ -151,7 +140,6 @@ def close() -> None:
     """Wait for every process, then take the process group down (a clean exit for NCCL); no-op in one process."""
     if not launched():
         return
-    import torch.distributed as dist
 
     wait()
     if dist.is_initialized():

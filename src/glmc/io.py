@@ -26,6 +26,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from glmc.errors import BadOption
@@ -234,8 +235,6 @@ def check_not_input(out, inputs) -> None:
 def terminate_cleanly() -> None:
     """Make SIGTERM unwind like Ctrl-C (KeyboardInterrupt), so atomic writes remove their temporary entries and
     locks; only in the main thread, where Python runs signal handlers."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return
 

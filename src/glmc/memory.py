@@ -16,8 +16,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import os
 import resource
 import sys
+import tempfile
+
+import numpy as np
+import torch
 
 M_MMAP_THRESHOLD = -3  # malloc.h
 
@@ -105,8 +110,6 @@ _WEIGHT_FILES: set[str] = set()
 
 def register_weight_files(files) -> None:
     """Record the real paths of checkpoint weight files, so FilePages recognises their mappings by name."""
-    import os
-
     _WEIGHT_FILES.update(os.path.realpath(f) for f in files)
 
 
@@ -133,7 +136,6 @@ def _unmodified(a: int, b: int) -> bool:
         return False
     if len(raw) != (b - a) // PAGE * 8:
         return False
-    import numpy as np
 
     entries = np.frombuffer(raw, dtype=np.uint64)
     present = (entries & np.uint64(PAGEMAP_PRESENT)) != 0
@@ -169,10 +171,6 @@ def park(view: dict, keys, min_elements: int = 1 << 22) -> list[str]:
     matching parks the vocabulary matrices between its first residual map and the end). Nothing is parked off
     Linux, or where the temporary directory is in memory (tmpfs), where it would only hide memory, or when a file
     cannot be written. Returns the keys parked."""
-    import os
-    import tempfile
-
-    import torch
 
     directory = tempfile.gettempdir()
     if not sys.platform.startswith("linux") or _in_memory(directory):
@@ -199,8 +197,6 @@ def park(view: dict, keys, min_elements: int = 1 << 22) -> list[str]:
 
 def _in_memory(directory: str) -> bool:
     """True if `directory` is on an in-memory filesystem (or that cannot be told)."""
-    import os
-
     try:
         mounts = [line.split() for line in open("/proc/mounts")]
     except OSError:

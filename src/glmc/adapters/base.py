@@ -21,13 +21,15 @@ class that would have to.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from glmc.adapters.namemap import Layout, NameMap
 from glmc.errors import UnsupportedModel  # noqa: F401  (re-exported as glmc.adapters.UnsupportedModel)
+from glmc.symmetry.declarations import check_block, residual_bound, residual_norm_actions, standard_norms
+from glmc.symmetry.spec import transformer_groups
 
 
 @dataclass
@@ -61,16 +63,11 @@ class Arch:
     weight_matching: str = "glmc"
 
     def __post_init__(self):
-        from dataclasses import replace
-
-        from glmc.symmetry.declarations import check_block, residual_bound, residual_norm_actions, standard_norms
 
         check_block(self.block)
         if not self.norms:
             self.norms = standard_norms(self.norm)
         if not self.groups:
-            from glmc.symmetry.spec import transformer_groups
-
             residual = "orthogonal-fixing-ones" if self.norm == "layernorm" else "orthogonal"
             # norms on the stream's coordinates leave (signed) permutations only (glmc/symmetry/declarations.py)
             residual = residual_bound(self.norms) or residual

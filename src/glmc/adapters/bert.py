@@ -35,6 +35,7 @@ Groups (derivations in docs/encoders.md and glmc/symmetry/declarations.py):
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
@@ -50,6 +51,7 @@ from glmc.adapters.common import (
     save_pretrained,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Entry, Layout, NameMap, layer_norm
+from glmc.data import task_of
 from glmc.symmetry.declarations import NormSpec
 from glmc.symmetry.spec import GroupSpec, transformer_groups
 
@@ -251,7 +253,7 @@ class BertAdapter(Adapter):
     def load(self, path):
         import transformers
 
-        return load_pretrained(getattr(transformers, self._class_name(path)), path)
+        return load_pretrained(getattr(transformers, self._class_name(path)), path, self.renames)
 
     def save(self, model, directory) -> None:
         save_pretrained(model, directory)
@@ -315,9 +317,6 @@ class BertAdapter(Adapter):
 
     def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
         """A text source read as masked-LM blocks of the model's length, with the tokenizer saved beside it."""
-        from pathlib import Path
-
-        from glmc.data import task_of
 
         try:
             if task_of(source) != "lm":

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import torch
 
+import glmc.data
+from glmc.adapters.base import TrainOption
+from glmc.adapters.files import note_pickled, read_pickled, weight_files
+from glmc.errors import BadCheckpoint, BadOption, UnsupportedModel
+
 ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
                "sigmoid", "gelu_accurate", "mish"}
 
@@ -35,8 +40,6 @@ class ViTTraining:
 
     @property
     def train_options(self):
-        from glmc.adapters.base import TrainOption
-
         return (TrainOption("patch", "count", "Patch size (must divide the image size)."),
                 TrainOption("augment", "choice", "[crop-flip for CIFAR, else none]", ("none", "crop-flip")),
                 TrainOption("activation", "choice", "", ("gelu", "relu"), default="gelu"),
@@ -46,8 +49,6 @@ class ViTTraining:
     def pooling(self, pool: str | None):
         """The build() pool value for --pool (None: the preset's)."""
         if pool == "avg":
-            from glmc.errors import BadOption
-
             raise BadOption(f"--family {self.train_variant} pools the class token only; use --family timm for "
                             "average pooling")
         return None
@@ -64,8 +65,6 @@ class ViTTraining:
 
 def fitting_patch(spec: dict, patch: int, log) -> int:
     """The preset's patch, or the largest smaller one that divides the image size (8×8 digits, 32×32 CIFAR)."""
-    import glmc.data
-
     size = glmc.data.load(glmc.data.parse_spec(spec)).image_size
     fitted = max(d for d in range(1, min(patch, size) + 1) if size % d == 0)
     if fitted != patch:
@@ -120,13 +119,11 @@ def hf_config(path) -> dict | None:
     return config
 
 
-def load_pretrained(model_class, path):
+def load_pretrained(model_class, path, renames: dict | None = None):
     """`model_class.from_pretrained(path)` from local files only (never a hub), in the dtype the weights are stored
     in: safetensors (single or sharded), or else pytorch_model.bin (single or sharded) read by
-    torch.load(weights_only=True) only (glmc/adapters/files.py). The directory's adapter's `renames` are applied
-    to stored names (from_pretrained's key_mapping)."""
-    from glmc.adapters.files import note_pickled, read_pickled, weight_files
-    from glmc.adapters.registry import adapter_for_dir
+    torch.load(weights_only=True) only (glmc/adapters/files.py). `renames`, the loading adapter's
+    (Adapter.renames), are applied to stored names (from_pretrained's key_mapping)."""
 
     p = Path(path)
     kind, files = weight_files(p)
@@ -139,7 +136,6 @@ def load_pretrained(model_class, path):
     except (ValueError, OSError) as e:
         raise ValueError(f"invalid config.json in {p}: {e}") from None
     options = dict(config=config, local_files_only=True, dtype="auto")
-    renames = adapter_for_dir(p).renames
     if renames:
         options["key_mapping"] = dict(renames)
     with quiet_hf():
@@ -167,10 +163,8 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
     """{name on disk: shape} of every parameter of the transformers model config.json describes (tied ones once),
     built on the meta device (no memory, no weights) and named as save_pretrained names them, with the class's
     base_model_prefix under key None. None if this transformers version does not expose its on-disk naming."""
-    import torch
     import transformers
 
-    from glmc.errors import BadCheckpoint
 
     try:  # transformers 5 renames some weights between modules and files; save_pretrained applies this
         from transformers.core_model_loading import revert_weight_conversion
@@ -192,8 +186,6 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
 
 def token_probe(vocab_size: int, positions: int, n: int, seq: int, gen=None):
     """Random token ids a causal LM accepts: n sequences of at most `positions` tokens."""
-    import torch
-
     gen = gen or torch.Generator().manual_seed(0)
     return torch.randint(0, vocab_size, (n, min(seq, positions)), generator=gen)
 
@@ -239,8 +231,6 @@ def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):
     written in place, as interpolation does, must never write into the view). Buffers the state lacks (RoPE
     frequencies) are taken from `source`, which has the same ones. `may_miss`: parameters the state may lack (a
     tied head, which the caller ties)."""
-    from glmc.errors import UnsupportedModel
-
     shared = {v.untyped_storage().data_ptr() for v in view.values()}
     own = {}
     for k, t in state.items():

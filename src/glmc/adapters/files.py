@@ -17,11 +17,14 @@ key_mapping, so a family may declare a rename transformers does not make).
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import sys
 import warnings
 import zipfile
 from pathlib import Path
+
+import torch
 
 from glmc.errors import BadCheckpoint
 
@@ -90,9 +93,6 @@ def read_pickled(files) -> dict:
     """{name: tensor} from pickle-based weight files through torch.load(weights_only=True) (memory-mapped where
     the file is in PyTorch's zip format); anything it refuses, or that is not a dict of tensors, raises
     BadCheckpoint in one line."""
-    import pickle
-
-    import torch
 
     state = {}
     for f in files:

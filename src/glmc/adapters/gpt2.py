@@ -129,7 +129,7 @@ class GPT2Adapter(TokenLM, Adapter):
     def load(self, path):
         from transformers import GPT2LMHeadModel
 
-        return load_pretrained(GPT2LMHeadModel, path)
+        return load_pretrained(GPT2LMHeadModel, path, self.renames)
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         return token_probe(model.config.vocab_size, model.config.n_positions, n, seq, gen)

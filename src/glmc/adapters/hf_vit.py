@@ -154,7 +154,7 @@ class HFViTAdapter(ViTTraining, Adapter):
         names = hf_config(path).get("architectures") or ["ViTForImageClassification"]
         if names[0] not in CLASSES:
             raise UnsupportedModel(f"{path}: HF ViT class {names[0]!r}; glmc loads {' and '.join(CLASSES)}")
-        return load_pretrained(getattr(transformers, names[0]), path)
+        return load_pretrained(getattr(transformers, names[0]), path, self.renames)
 
     def save(self, model, directory) -> None:
         save_pretrained(model, directory)

@@ -185,7 +185,7 @@ class LlamaAdapter(TokenLM, Adapter):
     def load(self, path):
         import transformers
 
-        return load_pretrained(getattr(transformers, self._class_name(path)), path)
+        return load_pretrained(getattr(transformers, self._class_name(path)), path, self.renames)
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)

@@ -167,7 +167,7 @@ class NeoXAdapter(TokenLM, Adapter):
     def load(self, path):
         from transformers import GPTNeoXForCausalLM
 
-        return load_pretrained(GPTNeoXForCausalLM, path)
+        return load_pretrained(GPTNeoXForCausalLM, path, self.renames)
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)

@@ -14,6 +14,7 @@ embedded exactly by glmc rescales the LayerNorm eps).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -43,8 +44,6 @@ def timm_from_kwargs(kwargs: dict):
     native = dict(kwargs)
     eps = native.pop("norm_eps", None)
     if eps is not None:
-        import functools
-
         from timm.layers import LayerNorm
 
         native["norm_layer"] = functools.partial(LayerNorm, eps=eps)

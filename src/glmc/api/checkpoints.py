@@ -4,26 +4,14 @@ checkpoints can be aligned)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from glmc.api.functions import load_model
-from glmc.api.sources import cast_copy, source_of, stored_dtype, torch_dtype
-from glmc.errors import BadOption
-
-
-def resolve_model_path(path_or_id, revision=None, cache_dir=None) -> Path:
-    """The directory a model argument names: an existing path as it is, or a hub id's snapshot in the local cache
-    (glmc/models/hub.py). Raises BadCheckpoint / BadOption naming the fix."""
-    from glmc.models.hub import snapshot
-
-    path = Path(str(path_or_id)).expanduser()
-    if path.exists():
-        if revision is not None:
-            raise BadOption(f"--revision applies to hub ids; {path_or_id} is a directory (give ORG/NAME, or the "
-                            "directory of the revision you want)")
-        return path
-    return snapshot(str(path_or_id), revision, cache_dir)
-
+from glmc.api.sources import cast_copy, resolve_model_path, source_of, stored_dtype, torch_dtype
+from glmc.io import atomic_dir
+from glmc.models import write_model_files
+from glmc.models.inspect import describe, incompatibility
 
 # files of a model directory that are weights (rewritten by convert) rather than tokenizer, config or records
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
@@ -46,11 +34,6 @@ def convert(path, out, dtype=None, max_shard_size=None, overwrite: bool = False,
     Returns:
         The output directory.
     """
-    import shutil
-
-    from glmc.io import atomic_dir
-    from glmc.models import write_model_files
-
     source = resolve_model_path(path, revision)
     model = load_model(source)
     with atomic_dir(out, overwrite=overwrite, inputs=[source]) as tmp:
@@ -77,8 +60,6 @@ def inspect(*models, revision=None, cache_dir=None) -> dict:
         more models), "reason": None or the first reason's code (family, depth, vocabulary, positions, patch,
         classes, heads, width, groups, tokenizer), "message": its one-line explanation}.
     """
-    from glmc.models.inspect import describe, incompatibility
-
     loaded, paths = [], []
     for m in models:
         if isinstance(m, (str, Path)):

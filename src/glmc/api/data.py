@@ -12,17 +12,17 @@
 
 from __future__ import annotations
 
+import glmc.data
+from glmc.adapters import adapter_for
 from glmc.api.sources import source_of
+from glmc.data.iterable import IterableData, is_batch_source
 from glmc.errors import BadData
+from glmc.models.checkpoint import check_data_fits, check_data_task, data_options_for
 
 
 def resolve_data(data, model, required: str | None = None):
     """The glmc data set `data` describes, for `model`; None when data is None and nothing is recorded. With
     `required` (what needs it, e.g. "learned matching"), a missing data set raises BadData naming the fix."""
-    import glmc.data
-    from glmc.adapters import adapter_for
-    from glmc.data.iterable import IterableData, is_batch_source
-
     source = source_of(model)
     task = adapter_for(model).arch(model).task
     if data is None:
@@ -43,8 +43,6 @@ def resolve_data(data, model, required: str | None = None):
         except ValueError as e:
             raise BadData(str(e)) from None
     if isinstance(data, (str, dict)) and not is_batch_source(data):
-        from glmc.models.checkpoint import check_data_fits, check_data_task, data_options_for
-
         spec_task = glmc.data.parse_spec(data)["task"]
         where = str(source) if source is not None else "the model"
         check_data_task(spec_task, data if isinstance(data, str) else str(data.get("source")), model, where)
@@ -69,9 +67,6 @@ def evaluation_batches(ds, model, split: str = "test", batch_size: int = 32, max
                        batches=None) -> list:
     """The batches a path is evaluated on, materialised once so every λ sees the same ones: `batches` (the
     caller's own, any form glmc/data/iterable.py reads) or the `split` of the data set."""
-    from glmc.adapters import adapter_for
-    from glmc.data.iterable import IterableData
-
     if batches is not None:
         out = list(IterableData(batches, adapter_for(model).arch(model).task).batches("test"))
     else:

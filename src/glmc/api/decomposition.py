@@ -7,6 +7,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from glmc.io import atomic_path
 from glmc.symmetry.parts import ROLE_LABELS, ROLES
 
 
@@ -55,8 +58,6 @@ class Decomposition:
     def to_json(self, path=None) -> str:
         text = json.dumps(self.to_dict(), indent=2, default=str) + "\n"
         if path is not None:
-            from glmc.io import atomic_path
-
             with atomic_path(path) as tmp:
                 Path(tmp).write_text(text)
         return text
@@ -109,7 +110,6 @@ def draw_decomposition(d: dict, axes=None, title: str = "", vmax: float | None =
     """Two heat maps (layers × roles) of `metric` of a decomposition dict on `axes` (a new figure if None), coloured
     on a scale of ± `vmax` (None: this decomposition's largest |value|); returns the figure."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10.4, 0.55 * max(3, len(heatmap_matrix(d)[0])) + 1.8))

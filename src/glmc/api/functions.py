@@ -6,9 +6,13 @@ timm modules) and never move or modify their inputs.
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 
+import torch
+
+from glmc.adapters import adapter_for
 from glmc.api.data import evaluation_batches, resolve_data
 from glmc.api.results import Alignment, Curve, Merge, Simplex
 from glmc.api.sources import (
@@ -17,6 +21,7 @@ from glmc.api.sources import (
     in_dtype,
     remember,
     remember_dtype,
+    resolve_model_path,
     source_of,
     stored_dtype,
     torch_dtype,
@@ -25,6 +30,20 @@ from glmc.api.sources import (
 )
 from glmc.api.transform import Transform
 from glmc.errors import BadCheckpoint, BadOption  # noqa: F401  (BadCheckpoint: named by callers)
+from glmc.invariance import verify_model
+from glmc.io import atomic_dir
+from glmc.matching import METHODS, _method_function, method_options
+from glmc.matching import align as match
+from glmc.matching.common import max_logit_change
+from glmc.matching.merge import merge_models
+from glmc.matching.weight import wants_data
+from glmc.models.checkpoint import load_checked
+from glmc.models.evaluate import evaluate as run
+from glmc.models.inspect import check_models
+from glmc.paths.barrier import path_curve
+from glmc.paths.interpolate import eval_dtype
+from glmc.paths.simplex import simplex_surface
+from glmc.view.circuit import CircuitModel, circuit_model
 
 SIMPLEX_METHODS = ("none", "weight", "learned")
 
@@ -52,9 +71,6 @@ def load_model(path_or_id, device=None, cache_dir=None, revision=None):
             the cache (the message names the `hf download` command that fetches it).
         UnsupportedModel: a model family or feature glmc cannot transform exactly.
     """
-    from glmc.api.checkpoints import resolve_model_path
-    from glmc.models.checkpoint import load_checked
-
     path = resolve_model_path(path_or_id, revision, cache_dir)
     model, _ = load_checked(path)
     remember(model, path)
@@ -72,8 +88,6 @@ def save_model(model, directory, overwrite: bool = False, dtype=None, max_shard_
         max_shard_size: Hugging Face weights above this size (bytes, or a string such as "500MB") are written as
             shards model-0000k-of-0000n.safetensors with model.safetensors.index.json; None: glmc's default, 5GB.
     The output may not be, contain or lie inside the directory the model was loaded from."""
-    from glmc.io import atomic_dir
-
     with atomic_dir(directory, overwrite=overwrite, inputs=[source_of(model)]) as tmp:
         write_like(model, source_of(model), tmp, dtype=dtype, max_shard_size=max_shard_size)
     return Path(directory)
@@ -138,10 +152,6 @@ def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype=
         IncompatibleModels: different families, depths or head layouts. BadOption: an option value glmc cannot
         use. BadData: a data-driven method without data. TypeError: an unknown option.
     """
-    from glmc.matching import METHODS, _method_function
-    from glmc.matching import align as match
-    from glmc.matching.weight import wants_data
-
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
@@ -171,8 +181,6 @@ def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype=
 
 def _check(models) -> None:
     """`glmc inspect`'s compatibility check (glmc/models/inspect.py): IncompatibleModels with its first reason."""
-    from glmc.models.inspect import check_models
-
     check_models(models, [source_of(m) or f"model {i + 1}" for i, m in enumerate(models)])
 
 
@@ -183,8 +191,6 @@ def _name(dtype) -> str:
 def _rounding(model, target, report: dict) -> str:
     """Measure what rounding `model`'s weights to `target` for writing does to its function (max |Δlogits| on
     probe inputs, both computed in the model's own precision), into report["rounding"]; returns the target's name."""
-    from glmc.matching.common import max_logit_change
-
     if target != weights_dtype(model):
         rounded = cast_copy(model, target).to(weights_dtype(model))
         report["rounding"] = {"dtype": _name(target), "max_dlogits": max_logit_change(model, rounded)}
@@ -203,14 +209,10 @@ _align_pair = align  # `barrier` takes an argument named `align`
 
 
 def _parameters(func) -> list[str]:
-    import inspect
-
     return list(inspect.signature(func).parameters)
 
 
 def _groups(model):
-    from glmc.adapters import adapter_for
-
     return dict(adapter_for(model).arch(model).groups)
 
 
@@ -252,8 +254,6 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
         A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
         `.barrier_mean` — Git Re-Basin's —, `.plot()`, `.to_json()`), or a `Simplex` for three or more models.
     """
-    from glmc.paths.barrier import path_curve
-
     models = list(model_a) if isinstance(model_a, (list, tuple)) else [model_a, model_b]
     if any(m is None for m in models) or len(models) < 2:
         raise TypeError("barrier needs two models (model_a, model_b) or a list of at least two")
@@ -276,7 +276,6 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     if isinstance(align, Alignment):
         al = align
     else:  # "none" too: a pair of different widths is embedded into the wider architecture first
-        from glmc.matching import method_options
 
         # options of any method are accepted, so one set serves a loop over methods; one no method takes raises
         options = method_options(method, {**align_options, "progress": progress, "mode": mode})
@@ -285,8 +284,6 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     ends = [al.model_a, al.model_b]
     evals = evaluation_batches(ds, models[0], split, batch_size, max_batches, batches)
     if mode == "circuit":
-        from glmc.view.circuit import circuit_model
-
         ends = [circuit_model(m) for m in ends]
     task = _task(models[0])
     c = path_curve(ends, evals, task, points, progress, label=method, dtype=dtype)
@@ -303,8 +300,6 @@ REPEATED = ("loss_barrier", "loss_barrier_mean", "acc_drop", "acc_drop_mean")
 
 def stochastic(method: str) -> bool:
     """Whether a method's alignment depends on a random seed (its align function takes one)."""
-    from glmc.matching import _method_function
-
     func = _method_function(method)
     return func is not None and "seed" in _parameters(func)
 
@@ -335,21 +330,15 @@ def spread(values: list) -> dict:
 
 
 def _task(model) -> str:
-    from glmc.adapters import adapter_for
-
     return adapter_for(model).arch(model).task
 
 
 def _dtype_name(dtype) -> str | None:
-    from glmc.paths.interpolate import eval_dtype
-
     d = eval_dtype(dtype)
     return None if d is None else str(d).removeprefix("torch.")
 
 
 def _simplex(models, ds, method, evals, mode, progress, resolution, samples, options, dtype=None) -> Simplex:
-    from glmc.paths.simplex import simplex_surface
-
     if method not in SIMPLEX_METHODS:
         raise BadOption(f"simplex barriers (3+ models) support {', '.join(SIMPLEX_METHODS)}, not {method!r}")
     t0 = time.perf_counter()
@@ -358,8 +347,6 @@ def _simplex(models, ds, method, evals, mode, progress, resolution, samples, opt
         aligned = merge(models, method, data=ds, progress=progress, mode=mode, **options).aligned
     ends = aligned
     if mode == "circuit":
-        from glmc.view.circuit import circuit_model
-
         ends = [circuit_model(m) for m in aligned]
     align_seconds = time.perf_counter() - t0
     s = simplex_surface(ends, evals, _task(models[0]), resolution, samples, progress, label=method, dtype=dtype)
@@ -395,8 +382,6 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
         A `Merge`: `.model` (the merged model), `.aligned` (each input aligned, same function), `.transforms`,
         `.report`, `.save(directory)`.
     """
-    from glmc.matching.merge import merge_models
-
     models = list(models)
     if len(models) < 2:
         raise TypeError("merge needs at least two models")
@@ -412,7 +397,6 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
                                                        progress=progress, mode=mode, null_space=null_space,
                                                        **learned_options)
     if mode == "circuit":  # average whole circuits (the paper's form)
-        from glmc.view.circuit import CircuitModel, circuit_model
 
         circuits = [circuit_model(a) for a in aligned]
         ws = report["weights"]
@@ -440,8 +424,6 @@ def evaluate(model, data=None, split: str = "test", batch_size: int = 32, max_ba
     Returns:
         {"loss": mean cross-entropy (nats per token or per image), "acc": accuracy, "n": predictions counted}.
     """
-    from glmc.models.evaluate import evaluate as run
-
     ds = resolve_data(data, model, required=None if batches is not None else "evaluation")
     return run(model, evaluation_batches(ds, model, split, batch_size, max_batches, batches), _task(model))
 
@@ -457,9 +439,6 @@ def verify(model, classes=None, seed: int = 0, tol: float = 1e-4) -> dict:
     Raises:
         UnsupportedModel: a class in `classes` that is not exact for this model.
     """
-    import torch
-
-    from glmc.invariance import verify_model
 
     checks = verify_model(in_dtype(model, torch.float32), seed=seed, tol=tol, classes=classes)
     out = Verification({c.name: c.max_dlogits for c in checks})

@@ -11,7 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from glmc.adapters import adapter_for
+from glmc.api.data import evaluation_batches, resolve_data
+from glmc.api.decomposition import Decomposition
+from glmc.api.sources import write_like
 from glmc.api.transform import Transform
+from glmc.errors import BadOption
+from glmc.io import atomic_dir, atomic_path
+from glmc.matching.nullspace import save_fill
+from glmc.paths.barrier import barrier_metrics, lambda_grid
+from glmc.paths.decompose import decompose_path
+from glmc.paths.simplex import simplex_metrics
+from glmc.view.circuit import circuit_model
 
 
 @dataclass
@@ -54,22 +67,15 @@ class Alignment:
         """Write the moved model (a standard checkpoint in `.dtype`, its input's stored dtype unless glmc.align was
         given another; with mode="circuit" the paper's circuit form), the transform (transform.safetensors), any
         null-space fill and the report (align.json), atomically. `max_shard_size`: see glmc.save_model."""
-        from glmc.api.sources import write_like
-        from glmc.io import atomic_dir
-
         source = self.sources[1] if self.moved == "B" else self.sources[0]
         with atomic_dir(directory, overwrite=overwrite, inputs=self.sources) as tmp:
             if mode == "circuit":
-                from glmc.view.circuit import circuit_model
-
                 circuit_model(self.moved_model).write_files(tmp)
             else:
                 write_like(self.moved_model, source, tmp, dtype=self.dtype, max_shard_size=max_shard_size)
             if self.transform is not None:
                 self.transform.save(tmp / "transform.safetensors")
             if self.fill:
-                from glmc.matching.nullspace import save_fill
-
                 save_fill(self.fill, tmp / "null_space_fill.safetensors")
             (tmp / "align.json").write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
         return Path(directory)
@@ -107,8 +113,6 @@ class Curve:
     def metrics(self) -> dict:
         """Every barrier metric (glmc/paths/barrier.py): loss_barrier, loss_barrier_mean, acc_drop, …, and with
         per-batch figures their standard errors over evaluation batches (…_se, loss_se per λ)."""
-        from glmc.paths.barrier import barrier_metrics
-
         return barrier_metrics({"lambdas": self.lambdas, "loss": self.loss, "acc": self.accuracy,
                                 "batch_stats": self.batch_stats})
 
@@ -126,27 +130,18 @@ class Curve:
         Returns:
             A `glmc.Decomposition` (also kept as `.decomposition`, and in `to_dict()`).
         """
-        from glmc.api.decomposition import Decomposition
-        from glmc.paths.barrier import lambda_grid
-        from glmc.paths.decompose import decompose_path
-
         if self.alignment is None:
             raise ValueError("this curve has no endpoints to decompose (it was not measured by glmc.barrier)")
         if self.info.get("mode") == "circuit":
-            from glmc.errors import BadOption
-
             raise BadOption("decomposition runs on the native canonical view; measure the curve with mode='native'")
         ends = [self.alignment.model_a, self.alignment.model_b]
         if batches is None and (data is not None or split_options):
-            from glmc.api.data import evaluation_batches, resolve_data
-
             ds = resolve_data(data, ends[0], required="a decomposition")
             batches = evaluation_batches(ds, ends[0], split_options.get("split", "test"),
                                          split_options.get("batch_size", 32), split_options.get("max_batches"), None)
         batches = batches if batches is not None else self.batches
         if batches is None:
             raise ValueError("give data or batches: this curve does not hold its evaluation batches")
-        from glmc.adapters import adapter_for
 
         task = adapter_for(ends[0]).arch(ends[0]).task
         d = decompose_path(ends[0], ends[1], batches, task, lambda_grid(points), by=by,
@@ -227,8 +222,6 @@ class Simplex:
         """The simplex metrics (glmc/paths/simplex.py): "barrier", the largest excess loss L(Σλθ) − ΣλL(θ) over
         the points, "barrier_at" (its λ), "vertex_loss" (each model's loss), "excess" (per point) and
         "centre_excess" (at the point nearest the centre)."""
-        from glmc.paths.simplex import simplex_metrics
-
         return simplex_metrics({"points": [tuple(p) for p in self.points], "loss": self.loss})
 
     @property
@@ -265,7 +258,6 @@ def draw_ternary(ax, points, excess, title: str, vmax: float):
     """A ternary heat map of the excess loss over the simplex of 3 models on `ax`, with its zero contour and the
     vertices labelled M1–M3 (the paper's Fig. 4); returns the filled contour set (for a colour bar)."""
     import matplotlib.tri as mtri
-    import numpy as np
 
     p, z = np.array(points), np.array(excess)
     tri = mtri.Triangulation(p[:, 1] + 0.5 * p[:, 2], (np.sqrt(3) / 2) * p[:, 2])
@@ -310,10 +302,6 @@ class Merge:
         """Write the merged model (in `.dtype`), aligned/model{i}/ (each aligned model in its input's stored dtype,
         with its transform and any null-space fill) and merge.json, atomically. `max_shard_size`: see
         glmc.save_model."""
-        from glmc.api.sources import write_like
-        from glmc.io import atomic_dir
-        from glmc.matching.nullspace import save_fill
-
         sources = list(self.sources) + [None] * (len(self.aligned) - len(self.sources))
         report = {k: v for k, v in self.report.items() if k != "fills"}
         fills = self.report.get("fills", {})
@@ -338,8 +326,6 @@ class Merge:
 def _json(obj: dict, path) -> str:
     text = json.dumps(obj, indent=2, default=str) + "\n"
     if path is not None:
-        from glmc.io import atomic_path
-
         with atomic_path(path) as tmp:
             Path(tmp).write_text(text)
     return text

@@ -7,8 +7,15 @@ directory, so later commands need no data flags; a model glmc did not load is sa
 
 from __future__ import annotations
 
+import copy
 import weakref
 from pathlib import Path
+
+import torch
+
+from glmc.errors import BadOption
+from glmc.models import read_record, write_model_files
+from glmc.models.hub import snapshot
 
 _SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _DTYPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the dtype its weights were stored in
@@ -30,8 +37,6 @@ def source_of(model) -> Path | None:
 
 def weights_dtype(model):
     """The dtype of `model`'s floating-point parameters (the first one's)."""
-    import torch
-
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
@@ -51,9 +56,6 @@ def remember_dtype(model, dtype) -> None:
 
 def torch_dtype(name, option: str = "dtype", choices=WRITE_DTYPES):
     """A torch dtype from its name ("bfloat16") or itself; None stays None. BadOption for anything else."""
-    import torch
-
-    from glmc.errors import BadOption
 
     if name is None or isinstance(name, torch.dtype):
         return name
@@ -65,8 +67,6 @@ def torch_dtype(name, option: str = "dtype", choices=WRITE_DTYPES):
 def in_dtype(model, dtype):
     """`model` itself when its floating-point weights are all `dtype`, else a copy cast to `dtype` that keeps
     the original's directory and stored dtype (the caller's model is never modified)."""
-    import copy
-
     if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
         return model
     out = copy.deepcopy(model).to(dtype)
@@ -78,8 +78,6 @@ def in_dtype(model, dtype):
 
 def cast_copy(model, dtype):
     """A copy of `model` with its floating-point weights rounded to `dtype` (the model itself if they are)."""
-    import copy
-
     if all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
         return model
     return copy.deepcopy(model).to(dtype)
@@ -89,8 +87,6 @@ def write_like(model, source_dir, target, dtype=None, max_shard_size=None) -> No
     """Write `model` into the directory `target` (inside an atomic write; see glmc.io.atomic_dir) with the tokenizer
     and the glmc.json record of `source_dir` (when given), marked as derived from it; its weights rounded to
     `dtype` when given (the model in memory is left as it is)."""
-    from glmc.models import read_record, write_model_files
-
     if dtype is not None:
         model = cast_copy(model, torch_dtype(dtype))
 
@@ -105,3 +101,15 @@ def write_like(model, source_dir, target, dtype=None, max_shard_size=None) -> No
             record = {**record, "derived_from": str(source_dir)}
     Path(target).mkdir(parents=True, exist_ok=True)
     write_model_files(model, Path(target), record=record, tokenizer=tokenizer, max_shard_size=max_shard_size)
+
+
+def resolve_model_path(path_or_id, revision=None, cache_dir=None) -> Path:
+    """The directory a model argument names: an existing path as it is, or a hub id's snapshot in the local cache
+    (glmc/models/hub.py). Raises BadCheckpoint / BadOption naming the fix."""
+    path = Path(str(path_or_id)).expanduser()
+    if path.exists():
+        if revision is not None:
+            raise BadOption(f"--revision applies to hub ids; {path_or_id} is a directory (give ORG/NAME, or the "
+                            "directory of the revision you want)")
+        return path
+    return snapshot(str(path_or_id), revision, cache_dir)

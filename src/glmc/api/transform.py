@@ -12,9 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
+from glmc.adapters import adapter_for
 from glmc.errors import BadCheckpoint, IncompatibleModels
 from glmc.symmetry.spec import GroupSpec, split_name
 from glmc.symmetry.transform import Transform as _Elements
+from glmc.view.model_ops import transform_model
 
 GROUPS_KEY = "glmc_groups"
 
@@ -55,8 +57,6 @@ class Transform:
         """A new native model: this transform applied to `model` (canonicalised first, which keeps its function).
 
         Raises IncompatibleModels if the model is not of the architecture the transform was fitted on."""
-        from glmc.view.model_ops import transform_model
-
         own = _groups_of(model)
         if self.groups is not None and own != self.groups:
             raise IncompatibleModels("this transform was fitted on another architecture (its symmetry groups differ "
@@ -120,6 +120,4 @@ def _spec(fields: dict) -> GroupSpec:
 
 
 def _groups_of(model) -> dict:
-    from glmc.adapters import adapter_for
-
     return dict(adapter_for(model).arch(model).groups)

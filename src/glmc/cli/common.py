@@ -141,7 +141,7 @@ def resolve_models(paths, revision=None) -> list[str]:
     applies to the hub ids (a --revision with directories only is refused, since it would be ignored)."""
     from pathlib import Path
 
-    from glmc.api.checkpoints import resolve_model_path
+    from glmc.api.sources import resolve_model_path
     from glmc.errors import BadOption
 
     local = [Path(p).expanduser().exists() for p in paths]

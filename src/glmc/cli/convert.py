@@ -20,7 +20,8 @@ def command(model_dir, out_dir, revision, out_dtype, max_shard_size, overwrite):
     exactly what save_pretrained writes, tensors that share storage (a tied head) once, and the directory's other
     files (tokenizer, glmc.json, …) copied. pytorch_model.bin files are read through torch.load(weights_only=True)
     only; whatever it refuses stays refused. The input is only read."""
-    from glmc.api.checkpoints import convert, resolve_model_path
+    from glmc.api.checkpoints import convert
+    from glmc.api.sources import resolve_model_path
 
     source = resolve_model_path(model_dir, revision)
     check_out_path(out_dir, "OUT_DIR", overwrite, directory=True, inputs=(source,))

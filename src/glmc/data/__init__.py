@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import tables
 from .lm import LMDataset, load_lm
+from .mlm import load_mlm
 from .spec import parse_spec, task_of
 from .vision import ImageDataset, load_images
 
@@ -46,8 +47,6 @@ def load(spec, *, use_tokenizer=None, use_preprocessor=None, **options):
     if full["task"] == "lm":
         ds = load_lm(full, use_tokenizer)
     elif full["task"] == "mlm":
-        from .mlm import load_mlm
-
         ds = load_mlm(full, use_tokenizer)
     else:
         if use_tokenizer is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .mnist_pickle import load_mnist_pickle
+from .tables import image_splits
 
 FASHION_DIRS = ("/usr/share/datasets/fashion-mnist",)
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -194,8 +195,6 @@ def read_folder(path: str, image_size=None) -> Raw:
 
 def read_table(spec: dict) -> Raw:
     """An image table (glmc/data/tables.py): its own train/val/test splits as the table's split rule gives them."""
-    from .tables import image_splits
-
     splits, names, rule, size = image_splits(spec["source"], spec.get("image_size"), spec.get("channels"))
     return Raw(splits, names, notes={"image_size": size, "split_rule": rule})
 

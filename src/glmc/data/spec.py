@@ -27,6 +27,8 @@ Tables (glmc/data/tables.py): "jsonl:PATH[:FIELD]", "parquet:PATH[:FIELD]", "hf-
 from pathlib import Path
 
 from . import tables
+from .mlm import STYLES
+from .mlm import check_kind as check_mlm_kind
 from .text import DEFAULT_SPLIT
 from .tokenizer import check_kind
 
@@ -88,9 +90,6 @@ def parse_spec(data, **options) -> dict:
 
 
 def _complete_mlm(spec: dict) -> dict:
-    from .mlm import STYLES
-    from .mlm import check_kind as check_mlm_kind
-
     if task_of(spec["source"]) != "lm":
         raise ValueError(f"masked-LM data needs a text source, got {spec['source']!r}")
     unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "style", "text_sha256", "n_chars",

@@ -29,6 +29,8 @@ import numpy as np
 
 from glmc.errors import BadData, DataUnavailable
 
+from .text import split_text
+
 KINDS = ("jsonl", "parquet", "hf-disk", "hf")
 SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "dev": "val", "test": "test"}
 VAL_FROM_TRAIN = 0.05
@@ -220,8 +222,6 @@ def _cut(part: dict, at: int) -> tuple[dict, dict]:
 
 def text_pieces(source: str, split) -> tuple[dict[str, str], str]:
     """({"train", "val", "test": text}, split rule) of a text table: documents joined by DOC_SEP."""
-    from .text import split_text
-
     field = parse(source)["field"]
     raw = read_columns(source, [field])
     for name, part in raw.items():

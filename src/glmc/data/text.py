@@ -19,6 +19,7 @@ the pieces tokenize exactly like the whole.
 import hashlib
 import importlib.util
 import re
+import sysconfig
 from pathlib import Path
 
 from .errors import DataUnavailable
@@ -50,8 +51,6 @@ STDLIB_CHARS = 2_000_000  # ~ the size of the Shakespeare corpus (5.4 M characte
 
 
 def read_python_stdlib(limit: int = STDLIB_CHARS) -> str:
-    import sysconfig
-
     root = Path(sysconfig.get_paths()["stdlib"])
     parts, total = [], 0
     for path in sorted(root.glob("*.py")):

@@ -11,16 +11,21 @@ Each is a ``PreTrainedTokenizerFast``; ``save_pretrained(dir)`` writes files tha
 ``transformers.AutoTokenizer.from_pretrained(dir)`` loads back.
 """
 
+from __future__ import annotations
+
 import importlib.util
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoTokenizer, GPT2Tokenizer, PreTrainedTokenizerFast
 
 from .errors import DataUnavailable
 from .text import safe_cut
+
+# tokenizers and transformers' tokenizer classes (~0.3 s to import) are imported where a tokenizer is built or read
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 EOT = "<|endoftext|>"
 UNK_CHAR = "[UNK]"
@@ -51,6 +56,8 @@ def gpt2_files() -> tuple[Path, Path]:
 
 
 def gpt2_tokenizer() -> PreTrainedTokenizerFast:
+    from transformers import GPT2Tokenizer
+
     encoder, merges_file = gpt2_files()
     vocab = json.loads(encoder.read_text(encoding="utf-8"))
     lines = merges_file.read_text(encoding="utf-8").split("\n")
@@ -59,6 +66,9 @@ def gpt2_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def bpe_tokenizer(vocab_size: int, train_text: str) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -70,6 +80,9 @@ def bpe_tokenizer(vocab_size: int, train_text: str) -> PreTrainedTokenizerFast:
 
 
 def char_tokenizer(train_text: str) -> PreTrainedTokenizerFast:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {UNK_CHAR: 0}
     vocab.update({c: i + 1 for i, c in enumerate(sorted(set(train_text)))})
     tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK_CHAR))
@@ -91,6 +104,8 @@ def build_tokenizer(kind: str, train_text: str) -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(path) -> PreTrainedTokenizerFast:
+    from transformers import AutoTokenizer
+
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {path}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 
 from glmc.api import barrier
+from glmc.api.decomposition import format_decomposition
 from glmc.io import atomic_path
 from glmc.matching import method_options
 
@@ -69,8 +70,6 @@ def _se(value) -> str:
 
 
 def format_decompositions(result: dict) -> str:
-    from glmc.api.decomposition import format_decomposition
-
     return "\n\n".join(f"decomposition, {method}:\n{format_decomposition(r['decomposition'])}"
                        for method, r in result["results"].items() if r.get("decomposition"))
 

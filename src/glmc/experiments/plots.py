@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from glmc.api.decomposition import draw_decomposition, heatmap_matrix
+from glmc.api.results import draw_ternary
 from glmc.io import atomic_path
 
 
@@ -42,7 +44,6 @@ def plot_simplex(surfaces: dict, path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from glmc.api.results import draw_ternary
 
     n = len(surfaces)
     fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 4.0), squeeze=False)
@@ -61,7 +62,6 @@ def plot_decompositions(results: dict, path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from glmc.api.decomposition import draw_decomposition, heatmap_matrix
 
     decs = {m: r["decomposition"] for m, r in results.items() if r.get("decomposition")}
     rows = max(3, max(len(heatmap_matrix(d)[0]) for d in decs.values()))

@@ -16,6 +16,9 @@ import tempfile
 from pathlib import Path
 
 from glmc.errors import BadOption
+from glmc.experiments.plots import plot_curves, plot_decompositions
+from glmc.experiments.sweep import Cell, plot_matrix, plot_steps
+from glmc.symmetry.parts import ROLE_LABELS
 
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;
 color:#222;padding:0 1em}h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
@@ -83,8 +86,6 @@ def _image(path: Path, alt: str) -> str:
 
 
 def _barrier(data: dict, source: Path, tmp: Path, i: int) -> str:
-    from glmc.experiments.plots import plot_curves, plot_decompositions
-
     results = data["results"]
     models = data.get("models", ["A", "B"])
     first = next(iter(results.values()))
@@ -125,8 +126,6 @@ def _barrier(data: dict, source: Path, tmp: Path, i: int) -> str:
 
 
 def _decomposition_table(d: dict) -> str:
-    from glmc.symmetry.parts import ROLE_LABELS
-
     rows = []
     for grouping in ("roles", "layers", "cells"):
         for name, p in d["parts"].get(grouping, {}).items():
@@ -151,8 +150,6 @@ def _simplex(data: dict, source: Path, tmp: Path, i: int) -> str:
 
 
 def _sweep(data: dict, source: Path, tmp: Path, i: int) -> str:
-    from glmc.experiments.sweep import Cell, plot_matrix, plot_steps
-
     rows = data["rows"]
     ok = [r for r in rows if r["status"] == "ok"]
     out = [f"<h2>Sweep ({_e(data['kind'])}): {len(rows)} cells</h2>",

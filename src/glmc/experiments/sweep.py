@@ -20,6 +20,9 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
+from glmc.experiments.plots import _save
 from glmc.io import atomic_path
 
 COLUMNS = ["pair", "model_a", "model_b", "step", "method", "status", "loss_barrier", "loss_barrier_se",
@@ -143,7 +146,6 @@ def plot_steps(rows: list[dict], path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from glmc.experiments.plots import _save
 
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.8))
     for method in dict.fromkeys(r["method"] for r in rows):
@@ -168,9 +170,7 @@ def plot_matrix(rows: list[dict], cells: list[Cell], path, title: str = "") -> P
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    from glmc.experiments.plots import _save
 
     by_name = {(c.pair, c.method): c for c in cells}
     names = {}

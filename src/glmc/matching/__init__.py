@@ -8,10 +8,14 @@ gains folded, writers centred; same function as the inputs), since the residual 
 
 from __future__ import annotations
 
+import copy
 import importlib
+import inspect
 
 from glmc.errors import BadOption, IncompatibleModels
-from glmc.matching.common import Alignment, check_options, model_device
+from glmc.matching.common import Alignment, check_options, max_logit_change, model_device, model_shape
+from glmc.paths.interpolate import Interpolation
+from glmc.view.model_ops import widen_model
 
 # method name -> module under glmc.matching defining `align(model_a, model_b, ...) -> Alignment`
 METHODS = {
@@ -54,8 +58,6 @@ def method_options(method: str, options: dict) -> dict:
 
 
 def _accepted(func) -> list[str]:
-    import inspect
-
     return [k for k, p in inspect.signature(func).parameters.items()
             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and k not in ("model_a", "model_b")]
 
@@ -64,7 +66,7 @@ def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
     """Bring `model_b` next to `model_a` by a symmetry transform; see the module docstring. Options are the
     method's own (glmc.matching.weight.align, activation.align, learned.align); an unknown one raises TypeError."""
     func = _method_function(method)
-    if _shape(model_a) != _shape(model_b):
+    if model_shape(model_a) != model_shape(model_b):
         return _align_widths(model_a, model_b, method, **options)
     options.pop("null_space", None)  # only pairs of different widths have a null space to fill
     if func is None:
@@ -78,28 +80,18 @@ def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
     return func(model_a, model_b, **options)
 
 
-def _shape(model):
-    from glmc.adapters import adapter_for
-
-    arch = adapter_for(model).arch(model)
-    return arch.n_layer, arch.d_model, arch.n_head, arch.d_head, arch.d_mlp
-
-
 def _align_widths(model_a, model_b, method, **options) -> Alignment:
     """Different widths: embed the narrower model exactly into the wider architecture (glmc/view/widen.py), then
     align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
-    from glmc.matching.common import max_logit_change
-    from glmc.view.model_ops import widen_model
-
-    (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = _shape(model_a), _shape(model_b)
+    (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = model_shape(model_a), model_shape(model_b)
     if la != lb:
         raise IncompatibleModels(f"models differ in depth ({la} vs {lb} layers); glmc aligns widths, not depths")
     a_narrow = (da, ha, dha, na) <= (db, hb, dhb, nb)
     narrow, wide = (model_a, model_b) if a_narrow else (model_b, model_a)
-    w = _shape(wide)
-    if any(x > y for x, y in zip(_shape(narrow), w)):
+    w = model_shape(wide)
+    if any(x > y for x, y in zip(model_shape(narrow), w)):
         raise IncompatibleModels("one model must be at most as wide as the other in every width (residual, heads, "
-                                 f"head size, MLP): {_shape(model_a)} vs {_shape(model_b)}")
+                                 f"head size, MLP): {model_shape(model_a)} vs {model_shape(model_b)}")
     embedded = widen_model(narrow, w[1], n_head=w[2], d_mlp=w[4], d_head=w[3]).to(model_device(narrow))
     # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
     eps_effect = _eps_effect(embedded, wide)
@@ -120,7 +112,7 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
     if learned:
         options["learn_free"] = null_space == "learned"
     inner = align(wide, embedded, method, **options)
-    widened = {"from": list(_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow else "B",
+    widened = {"from": list(model_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow else "B",
                "eps_effect_max_dlogits": eps_effect, "embedding_max_dlogits": max_logit_change(narrow, embedded)}
     report = {**inner.report, "null_space": null_space if method != "none" else "off", "widened": widened}
     pair = (inner.model_b, inner.model_a) if a_narrow else (inner.model_a, inner.model_b)
@@ -128,10 +120,5 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
 
 
 def _eps_effect(embedded, wide) -> float:
-    import copy
-
-    from glmc.matching.common import max_logit_change
-    from glmc.paths.interpolate import Interpolation
-
     probe = Interpolation([wide, embedded]).set(1.0)  # embedded weights in a model with the wide model's eps
     return max_logit_change(embedded, copy.deepcopy(probe))

@@ -8,7 +8,7 @@ Both models are canonicalised, run on the same training batches, and matched by 
   heads      per layer, heads by linear assignment on the best within-head matching of per-head outputs
              (the value side, z_h = softmax(·)·V_h), and the dimensions inside each head by that matching
              (an OV map that is a permutation); under grouped-query attention, key/value groups and the query
-             heads inside them on the same scores (weight.grouped_assignment), and one dimension permutation
+             heads inside them on the same scores (assignments.grouped_assignment), and one dimension permutation
              per key/value head from the summed correlations of its matched query heads (they share V);
   MLP units  per layer, linear assignment on the hidden activations' correlations.
 Everything found is an exact symmetry, so B′ keeps B's function.
@@ -20,9 +20,10 @@ import torch
 from tqdm.auto import tqdm
 
 from glmc.errors import BadOption, UnsupportedModel
+from glmc.matching.assignments import assignment, grouped_assignment
 from glmc.matching.common import canonical_pair, finish, model_device
 from glmc.matching.nullspace import free_probes
-from glmc.matching.weight import _assignment, grouped_assignment, residual_kind, solve_residual
+from glmc.matching.residual_fit import residual_kind, solve_residual
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
@@ -92,7 +93,7 @@ def _block_scores(c: torch.Tensor, n_head: int):
     score = torch.zeros(n_head, n_head, dtype=torch.float64)
     for h in range(n_head):
         for j in range(n_head):
-            score[h, j] = blocks[h, j][torch.arange(dh), _assignment(blocks[h, j]).src].sum()
+            score[h, j] = blocks[h, j][torch.arange(dh), assignment(blocks[h, j]).src].sum()
     return blocks, score
 
 
@@ -103,14 +104,14 @@ def _dim_maps(blocks: torch.Tensor, src: torch.Tensor, r: int) -> LinearMap:
     mats = torch.zeros(n, dh, dh)
     for g in range(n):
         total = sum(blocks[h, int(src[h])] for h in range(g * r, (g + 1) * r))
-        mats[g, _assignment(total).src, torch.arange(dh)] = 1.0
+        mats[g, assignment(total).src, torch.arange(dh)] = 1.0
     return LinearMap(mats)
 
 
 def match_heads_by_outputs(c: torch.Tensor, n_head: int) -> tuple[IndexMap, LinearMap]:
     """c: correlations of concatenated head outputs [H·dh, H·dh] → (head permutation, per-head dim permutation)."""
     blocks, score = _block_scores(c, n_head)
-    heads = _assignment(score)
+    heads = assignment(score)
     return heads, _dim_maps(blocks, heads.src, 1)
 
 
@@ -142,7 +143,7 @@ def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = Tr
                       desc="activations", disable=not progress, leave=False, total=batches))
     corr = correlations(adapter, canon_a, canon_b, train)
     if res_kind == "permutation":
-        res = _assignment(sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer)))
+        res = assignment(sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer)))
     else:
         res = solve_residual(sum(corr[f"blocks.{i}"].cross_moment() for i in range(arch.n_layer)), res_kind)
     t = Transform({"residual": res})
@@ -154,7 +155,7 @@ def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = Tr
         else:
             kv, query, ov = match_grouped_heads_by_outputs(out, arch.n_head, arch.groups["kv_heads"].size)
             found = {"kv_heads": kv, "query_heads": query, "ov": ov}
-        found["mlp"] = _assignment(corr[f"blocks.{i}.mlp.out"].value())
+        found["mlp"] = assignment(corr[f"blocks.{i}.mlp.out"].value())
         t.elements.update({group_name(role, i): e for role, e in found.items() if role in arch.groups})
     report = {"method": "activation", "batches": len(train), "residual": res_kind, "transform": t.describe()}
     probes = free_probes(view_b, arch.n_layer) if fill else None

@@ -14,12 +14,21 @@ import torch
 
 from glmc.adapters import adapter_for
 from glmc.errors import IncompatibleModels
+from glmc.invariance import probe_inputs
+from glmc.matching.nullspace import fill_exact
 from glmc.memory import FilePages, paged_forward, row_slices, trim
-from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
+from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys, instantiate
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
+from glmc.view.model_ops import logits
 
 RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
+
+# Tensors the matching passes score (moves, residual crosses, head similarities) are float64 up to this many
+# entries and float32 above: float32 is 2-5x faster, and models of up to ~256 wide (every tuning pair of
+# benchmarks/suite.py) keep the float64 results their defaults were chosen on, which a rounding change can flip
+# through near-tied assignments. GPT-2-124M's attention matrices (589,824 entries) are above it.
+SCORING_FLOAT64_UP_TO = 1 << 18
 
 
 @dataclass
@@ -88,8 +97,6 @@ def residual_keys(view, n_layer: int, arch=None) -> list[str]:
 
 def residual_actions(view, arch) -> dict[str, list]:
     """key -> [(axis, mode), …] of every action of the residual group on `view`."""
-    from glmc.symmetry.spec import instantiate
-
     group = instantiate({"residual": arch.groups["residual"]}, arch.n_layer, view.keys()).get("residual")
     out: dict[str, list] = {}
     for a in group.actions if group is not None else []:
@@ -121,9 +128,6 @@ def squared_norm(x: torch.Tensor, y: torch.Tensor | None = None) -> float:
 
 @torch.no_grad()
 def max_logit_change(model, other, n: int = 2) -> float:
-    from glmc.invariance import probe_inputs
-    from glmc.view.model_ops import logits
-
     x = probe_inputs(model, n=n).to(next(model.parameters()).device)
     with paged_forward(model):  # a model mapped from its checkpoint keeps about one layer resident
         ref = logits(model, x)
@@ -140,6 +144,12 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+def model_shape(model) -> tuple[int, int, int, int, int]:
+    """(layers, d_model, heads, d_head, d_mlp): the widths a pair must share or one must embed into the other."""
+    arch = adapter_for(model).arch(model)
+    return arch.n_layer, arch.d_model, arch.n_head, arch.d_head, arch.d_mlp
+
+
 def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform, report: dict,
            tol: float = FUNCTION_TOL, probes: dict | None = None, fill_target: dict | None = None):
     """Build canonical A and B′ = π(B) as native models on the inputs' devices; check B′ has B's function before
@@ -147,8 +157,6 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
     narrower B, glmc/matching/nullspace.py), B′'s free reader weights are then filled with A's. Consumes the
     two views (the methods' own, from canonical_pair): each is emptied as its native model is built, so the
     peak holds about three model-sized copies rather than five."""
-    from glmc.matching.nullspace import fill_exact
-
     if "distance_before" not in report:  # a method that has measured it already says so
         report["distance_before"] = view_distance(view_a, view_b)
     moved = move_consuming(view_b, transform, arch)

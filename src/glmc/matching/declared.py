@@ -24,7 +24,7 @@ from glmc.symmetry.solvers import best_complex_scale
 from glmc.symmetry.spec import instantiate
 from glmc.symmetry.transform import apply_elements
 
-# the roles weight matching solves itself (glmc/matching/weight.py); every other declared role is solved here
+# the roles weight matching solves itself (glmc/matching/alternation.py); every other declared role is solved here
 BUILT_IN = ("residual", "heads", "qk", "ov", "mlp", "kv_heads", "query_heads", "mlp_scale")
 
 

@@ -41,13 +41,14 @@ from tqdm.auto import tqdm
 from glmc import distributed
 from glmc.errors import BadOption
 from glmc.matching import nullspace
+from glmc.matching.alternation import weight_matching
 from glmc.matching.checkpointing import checkpointed
 from glmc.matching.common import canonical_pair, finish
-from glmc.matching.weight import weight_matching
 from glmc.models.evaluate import summed, training_loss
 from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements, constant_first
+from glmc.view.circuit import circuit_model, circuit_params
 
 DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
 # AdamW's learning rate for the latents (decision D6; the paper's code: 3e-4)
@@ -182,8 +183,6 @@ class LearnedMatcher:
         dtype = eval_dtype(autocast)
         self.autocast = None if dtype in (None, torch.float32) else dtype
         if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/view/circuit.py)
-            from glmc.view.circuit import circuit_model
-
             template = circuit_model(template)
         else:
             template = adapter.untie(template)
@@ -248,8 +247,6 @@ class LearnedMatcher:
             weights = [1.0 - weights, float(weights)]
         moved = self.moved(hard)
         if self.mode == "circuit":
-            from glmc.view.circuit import circuit_params
-
             reps = [circuit_params(m, self.arch.n_layer) for m in moved]
             return self.template.state({k: _mix(weights, [r[k] for r in reps]) for k in reps[0]})
         mixed = {k: _mix(weights, [m[k] for m in moved]) for k in self.views[0]}
@@ -388,7 +385,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     "circuit" interpolates the paper's circuit form; `fill`/`learn_free`: an embedded narrower B's null space;
     `autocast` ("bfloat16", "float16"): the training steps' forward and backward in that precision; `checkpoint`:
     recompute each block's activations during backward instead of keeping them (less memory, ~⅓ more compute);
-    `restarts`: the weight-matching start's (glmc/matching/weight.py; None: 1)."""
+    `restarts`: the weight-matching start's (glmc/matching/alternation.py; None: 1)."""
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)

@@ -19,18 +19,24 @@ from __future__ import annotations
 import time
 
 from glmc.errors import BadOption, IncompatibleModels
+from glmc.matching.alternation import weight_matching
 from glmc.matching.common import (
     FUNCTION_TOL,
     canonical_cpu_view,
     check_compatible,
+    check_options,
     layer_chunks,
     max_logit_change,
     model_device,
+    model_shape,
     move_consuming,
     squared_norm,
 )
-from glmc.matching.weight import moved_part, weight_matching
+from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
+from glmc.matching.nullspace import fill_exact, free_probes
+from glmc.matching.residual_fit import moved_part
 from glmc.symmetry.transform import Transform
+from glmc.view.model_ops import widen_model
 
 
 def canonical_views(models: list):
@@ -59,7 +65,7 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
                        balanced: bool = True):
     """(transforms, per-round log): transforms[m] brings model m into the shared universe (transforms[0] is the
     identity after the first round unless later rounds move model 1 too). `balanced`: weight matching's
-    residual fit (glmc/matching/weight.py)."""
+    residual fit (glmc/matching/alternation.py)."""
     k = len(views)
     weights = weights or [1.0 / k] * k
     transforms = [Transform() for _ in views]
@@ -86,9 +92,6 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
     Results are placed on the first model's device; the inputs are neither moved nor modified.
     `learned_options` go to the refinement (LearnedMatcher.fit: steps, lr, concentration, …) and are only used
     with method="learned"; a name fit does not take raises TypeError."""
-    from glmc.matching.common import check_options
-    from glmc.matching.learned import LearnedMatcher
-
     if method not in ("weight", "learned"):
         raise BadOption(f"unknown merge method {method!r}; choose weight or learned")
     check_options("learned refinement", LearnedMatcher.fit, learned_options)
@@ -129,8 +132,6 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
 def _fill_widened(aligned_views, views, transforms, widened, weights, arch):
     """(views, fills): each embedded model's free weights set to the weighted average of the models that were not
     embedded, so the merge keeps those weights whole instead of diluting them with the embedding's zeros."""
-    from glmc.matching.nullspace import fill_exact, free_probes
-
     full = [m for m in range(len(views)) if m + 1 not in widened]
     target = average([aligned_views[m] for m in full], [weights[m] / sum(weights[j] for j in full) for m in full])
     out, fills = list(aligned_views), {}
@@ -141,10 +142,7 @@ def _fill_widened(aligned_views, views, transforms, widened, weights, arch):
 
 def _common_width(models):
     """Models embedded exactly into the widest one's architecture (glmc/view/widen.py); (models, widest, which)."""
-    from glmc.matching import _shape
-    from glmc.view.model_ops import widen_model
-
-    shapes = [_shape(m) for m in models]
+    shapes = [model_shape(m) for m in models]
     widest = max(range(len(models)), key=lambda i: shapes[i][1:])
     w = shapes[widest]
     out, widened = [], []
@@ -162,8 +160,6 @@ def _common_width(models):
 
 def refine_on_simplex(models, views, adapter, arch, transforms, data, progress=True, mode="native", **options):
     """Joint learned refinement: model 1 fixed (moved into the universe first), models 2…k learned."""
-    from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
-
     if data is None:
         raise ValueError("learned refinement trains on data (the models' glmc.json or --data)")
     # the latents for model m start at the universe transform of m composed with the inverse of model 1's

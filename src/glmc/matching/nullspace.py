@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from glmc.symmetry.spec import NORM_BIASES, WRITERS, expand_keys, split_name
+from glmc.symmetry.transform import apply_elements
 
 RELATIVE_RANK_TOL = 1e-9  # eigenvalues of B's residual-write Gram matrix below this (× the largest) are null
 
@@ -93,8 +94,6 @@ def move_probes(probes: dict, elements: dict, apply) -> dict:
 
 def moved_probes(probes: dict, transform, arch) -> dict:
     """The probes moved by a Transform."""
-    from glmc.symmetry.transform import apply_elements
-
     return move_probes(probes, transform.elements, lambda view, part: apply_elements(view, part, arch, strict=False))
 
 

@@ -28,20 +28,16 @@ import torch
 from tqdm.auto import tqdm
 
 from glmc.errors import BadOption
+from glmc.matching.alternation import match_inner
+from glmc.matching.assignments import assignment
 from glmc.matching.common import layer_chunks, residual_keys, view_distance
-from glmc.matching.weight import (
-    _assignment,
-    _cross,
-    circuit_similarity,
-    head_factors,
-    moved_part,
-    residual_kind,
-    signature_similarity,
-    solve_residual,
-    streamed_distance,
-)
+from glmc.matching.declared import match_declared
+from glmc.matching.heads import head_factors
+from glmc.matching.mlp_units import signature_similarity
+from glmc.matching.residual_fit import cross_correlation, moved_part, residual_kind, solve_residual, streamed_distance
+from glmc.symmetry.solvers import circuit_similarity
 from glmc.symmetry.spec import group_name
-from glmc.symmetry.transform import Transform
+from glmc.symmetry.transform import Transform, apply_elements
 
 # the tables iteration 0 fits O on: token / patch embeddings, positions, the LM head or classifier
 TABLE_KEYS = ("embed", "pos_embed", "patch.w", "head.w")
@@ -67,15 +63,15 @@ def match_circuits(view_a, view_b, arch, res) -> dict:
     chunks = layer_chunks(view_b, arch.n_layer)
     for i in range(arch.n_layer):
         b = moved_part(view_b, chunks[i], {"residual": res}, arch)
-        elements[group_name("heads", i)] = _assignment(-circuit_distances(head_factors(view_a, i), head_factors(b, i)))
+        elements[group_name("heads", i)] = assignment(-circuit_distances(head_factors(view_a, i), head_factors(b, i)))
         if "mlp" in arch.groups:
-            elements[group_name("mlp", i)] = _assignment(signature_similarity(view_a, b, i, "l1"))
+            elements[group_name("mlp", i)] = assignment(signature_similarity(view_a, b, i, "l1"))
     return elements
 
 
 def table_cross(view_a, view_b, keys, rows: dict) -> torch.Tensor:
     """Σ over the tables of B_tᵀ·A_t / rows_t (step 1's blocks that no permutation moves)."""
-    return sum(_cross(view_a[k], view_b[k], "rows", rows.get(k)) for k in keys)
+    return sum(cross_correlation(view_a[k], view_b[k], "rows", rows.get(k)) for k in keys)
 
 
 def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
@@ -92,15 +88,15 @@ def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
         qp, _, _, op = head_factors(permuted, i)
         _, kf, vf, _ = head_factors(full, i)
         # attention input: rows of QK_hᵀ (one per key coordinate) over the query side; its bias coordinate is fixed
-        total += c2 * _cross(torch.einsum("hpd,hpe->hed", qa, ka)[..., :-1],
-                             torch.einsum("hpd,hpe->hed", qp, kf)[..., :-1], "rows")
+        total += c2 * cross_correlation(torch.einsum("hpd,hpe->hed", qa, ka)[..., :-1],
+                                        torch.einsum("hpd,hpe->hed", qp, kf)[..., :-1], "rows")
         # output: rows of OV_h (one per value coordinate) over the output side (head_factors pads o with a zero
         # column, dropped here)
-        total += _cross(torch.einsum("hpd,hpe->hde", va, oa)[..., :-1], torch.einsum("hpd,hpe->hde", vf, op)[..., :-1],
-                        "rows")
+        total += cross_correlation(torch.einsum("hpd,hpe->hde", va, oa)[..., :-1],
+                                   torch.einsum("hpd,hpe->hde", vf, op)[..., :-1], "rows")
         for k in (f"blocks.{i}.mlp.in.w", f"blocks.{i}.mlp.out.w"):
             if k in view_a:
-                total += _cross(view_a[k], permuted[k], "rows")
+                total += cross_correlation(view_a[k], permuted[k], "rows")
     return total
 
 
@@ -138,4 +134,24 @@ def paper_weight_matching(view_a, view_b, arch, iterations: int = 15, residual: 
         log.append({"step": it + 1, "distance": dist, "residual_seconds": t2 - t1, "inner_seconds": t3 - t2})
     t = Transform({"residual": res, **inner})
     log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": log[-1]["distance"]})
+    return t, log
+
+
+def fits_head_maps(head_maps: bool, mode: str, arch) -> bool:
+    """Whether per-head maps are fitted after an alternation: asked for, native mode (circuits absorb them), and
+    declared by the model."""
+    return head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
+
+
+def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, head_maps: bool):
+    """(π, log): the paper's alternation (above), then, with `head_maps`, the per-head maps that
+    bring B's factors onto A's given its residual map and permutations."""
+    t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
+    # the adapter's own groups (an MLM head's units, a pooler), which the paper's alternation does not know
+    t.elements.update(match_declared(view_a, view_b, arch, {"residual": t.elements["residual"]}
+                                     if "residual" in t.elements else {}))
+    if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
+        maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
+        t = t.then(maps, arch)
+        log.append({"step": "head maps", "distance": streamed_distance(view_a, view_b, t.elements, arch)})
     return t, log

@@ -19,11 +19,14 @@ import time
 import torch
 
 from glmc.errors import BadData, BadOption
+from glmc.matching.alternation import weight_matching
 from glmc.matching.common import canonical_pair, finish, model_device
-from glmc.matching.paper import runs_on
+from glmc.matching.paper import fits_head_maps, paper_transform, runs_on
+from glmc.matching.residual_fit import residual_kind, seen_token_rows, streamed_distance
 from glmc.paths.barrier import evaluate_batches
 from glmc.paths.interpolate import Interpolation
 from glmc.symmetry.transform import apply_elements
+from glmc.view.circuit import circuit_model
 
 # name -> (algorithm, its options). "glmc" runs glmc's alternation from its two first residual maps (the norms
 # weighting's fit and the unweighted one) and gives one candidate per start; "paper", the paper's alternation
@@ -64,8 +67,6 @@ def usable_candidates(candidates, arch) -> tuple[str, ...]:
 
 def candidate_transforms(view_a, view_b, arch, names, *, iterations, residual, tol, rows, head_maps, progress):
     """[(name, π, weight-distance log)] for every candidate alternation in `names`."""
-    from glmc.matching.weight import paper_transform, weight_matching
-
     found = []
     for name in names:
         algorithm, options = CANDIDATES[name]
@@ -94,8 +95,6 @@ def midpoint_loss(canon_a, model_b, adapter, arch, view_b, transform, batches, t
     moved = apply_elements(view_b, transform.elements, arch)
     ends = [canon_a, adapter.from_canonical(moved, model_b, consume=True).to(model_device(model_b))]
     if mode == "circuit":
-        from glmc.view.circuit import circuit_model
-
         ends = [circuit_model(e) for e in ends]
     return evaluate_batches(Interpolation(ends).set(0.5), batches, task)["loss"]
 
@@ -103,8 +102,6 @@ def midpoint_loss(canon_a, model_b, adapter, arch, view_b, transform, batches, t
 def align_selected(model_a, model_b, *, data, batches: int, candidates, iterations, residual, tol, mode,
                    head_maps, progress):
     """weight.align with candidate selection (module docstring)."""
-    from glmc.matching.weight import fits_head_maps, residual_kind, seen_token_rows, streamed_distance
-
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     names = usable_candidates(candidates, arch)
     if mode == "circuit":

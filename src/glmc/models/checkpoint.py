@@ -23,8 +23,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
+from glmc.adapters import ADAPTERS, adapter_for, adapter_for_dir
+from glmc.adapters.files import pickled_headers, renamed, weight_files
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
 from glmc.memory import FilePages, register_weight_files, trim
+from glmc.models import load_model
 
 RECORD = "glmc.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -35,8 +40,6 @@ RESAVE = "re-save it (save_pretrained(..., safe_serialization=True)) or copy it 
 def load_checked(path):
     """(model in eval mode, glmc.json record or None) from a model directory, refusing bad checkpoints with
     BadCheckpoint / UnsupportedModel (see the module docstring). The files are only read."""
-    from glmc.models import load_model
-
     p = Path(path)
     check_files(p)
     try:
@@ -56,8 +59,6 @@ def load_checked(path):
 
 def config_files() -> dict[str, str]:
     """{config file name: whose format it is} of every registered family (Adapter.config_file, config_format)."""
-    from glmc.adapters import ADAPTERS
-
     return {cls.config_file: cls.config_format for cls in ADAPTERS}
 
 
@@ -75,7 +76,6 @@ def check_files(path) -> None:
     if not files:
         raise BadCheckpoint(f"{path} is empty: expected a model directory ({either} and "
                             "model.safetensors, as glmc train or save_pretrained writes)")
-    from glmc.adapters.files import pickled_headers, weight_files
 
     kind, weights = weight_files(p)
     pickled = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
@@ -117,9 +117,6 @@ def read_headers(files) -> dict:
 
 def _check_weights(p: Path, header: dict) -> None:
     """The directory is claimed by exactly one family, and its weights are the ones that family's config implies."""
-    from glmc.adapters import adapter_for_dir
-    from glmc.adapters.files import renamed
-
     adapter = adapter_for_dir(p)  # UnsupportedModel naming what the directory holds and what glmc reads
     expected = adapter.expected_weights(p)
     if expected is None:
@@ -143,8 +140,6 @@ def _check_weights(p: Path, header: dict) -> None:
 def check_finite(model, path) -> None:
     """Refuse a model with a NaN or infinite parameter, naming the first. Each weight's mapped pages go back to
     the OS once checked: nothing needs them until the model is used."""
-    import torch
-
     pages = FilePages()
     for name, t in model.named_parameters():
         finite = torch.isfinite(t)
@@ -160,8 +155,6 @@ def check_group(models, paths) -> None:
     """Refuse models that cannot be aligned, interpolated or merged together: every model must be of model 1's
     family (hence task), depth and width-independent sizes (vocabulary, positions, patch, classes); widths may
     differ. Raises IncompatibleModels naming the first difference."""
-    from glmc.adapters import adapter_for
-
     adapters = [adapter_for(m) for m in models]
     a, pa = models[0], paths[0]
     arch_a = adapters[0].arch(a)
@@ -216,8 +209,6 @@ def _first_line(e: BaseException) -> str:
 def check_data_fits(ds, model, path) -> None:
     """Refuse data a model cannot be evaluated on: another task, token ids beyond its vocabulary, or another
     number of classes (IncompatibleModels naming both sides)."""
-    from glmc.adapters import adapter_for
-
     adapter = adapter_for(model)
     task, sizes = adapter.arch(model).task, _fixed_sizes(adapter, model)
     source = ds.spec.get("source", "?")
@@ -236,8 +227,6 @@ def check_data_fits(ds, model, path) -> None:
 def data_options_for(model, data) -> dict:
     """Spec options a model decides for a data spec that does not set them: a context no longer than a learned
     position table (text specs default to 128 tokens)."""
-    from glmc.adapters import adapter_for
-
     if isinstance(data, dict) and "context" in data:
         return {}
     positions = _fixed_sizes(adapter_for(model), model).get("pos_embed")
@@ -249,8 +238,6 @@ def data_options_for(model, data) -> dict:
 
 def check_data_task(data_task: str, source: str, model, path) -> None:
     """Refuse data of another task than the model's (text for an image classifier, images for an LM)."""
-    from glmc.adapters import adapter_for
-
     adapter = adapter_for(model)
     task = adapter.arch(model).task
     if data_task != task:

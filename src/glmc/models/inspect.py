@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
+from glmc.adapters import adapter_for
+from glmc.adapters.files import BIN_SINGLE, SAFE_SINGLE, weight_files
 from glmc.errors import IncompatibleModels
 
 # canonical roles whose leading sizes do not depend on the width -> the reason code a difference gives
@@ -53,8 +56,6 @@ def tokenizer_fingerprint(directory) -> dict | None:
 
 def weights_layout(directory) -> dict:
     """{"format": "safetensors" | "pickle", "files": n, "sharded": bool} of a model directory's weight files."""
-    from glmc.adapters.files import BIN_SINGLE, SAFE_SINGLE, weight_files
-
     kind, files = weight_files(directory)
     sharded = kind is not None and [f.name for f in files] not in ([SAFE_SINGLE], [BIN_SINGLE]) and (
         len(files) > 1 or "-of-" in files[0].name)
@@ -63,9 +64,6 @@ def weights_layout(directory) -> dict:
 
 def describe(model, directory=None, stored_dtype=None) -> dict:
     """Everything `glmc inspect` reports about one model (JSON-serialisable)."""
-    from dataclasses import asdict
-
-    from glmc.adapters import adapter_for
 
     adapter = adapter_for(model, check=False)
     arch = adapter.arch(model)
@@ -100,8 +98,6 @@ def _fixed(adapter, model) -> dict:
 
 def incompatibility(models, paths) -> tuple[str, str] | None:
     """(reason code, one-line message) for the first reason `models` cannot be aligned together, or None."""
-    from glmc.adapters import adapter_for
-
     adapters = [adapter_for(m, check=False) for m in models]
     pa = paths[0]
     for adapter, p in zip(adapters[1:], paths[1:]):

@@ -23,10 +23,12 @@ from __future__ import annotations
 import copy
 
 import torch
+from tqdm.auto import tqdm
 
 from glmc.adapters import adapter_for
-from glmc.paths.barrier import evaluate_batches
-from glmc.paths.interpolate import eval_dtype, harmonise
+from glmc.errors import BadOption
+from glmc.paths.barrier import evaluate_batches, path_curve
+from glmc.paths.interpolate import Interpolation, eval_dtype, harmonise
 from glmc.symmetry.parts import groupings
 from glmc.view.canonical import canonicalise, is_canonical
 
@@ -105,17 +107,12 @@ def decompose_path(model_a, model_b, batches: list, task: str, lambdas, by=GROUP
     "only"/"all_but" hold "loss", "acc", "excess" (per λ, over the own chord), "barrier" (its max), "lambda" (its
     λ), "end_loss" (the loss at λ = 1: A with B′'s part, or B′ with A's), "excess_vs_path" (per λ, over the whole
     path's chord), "peak_excess" (its max) and "peak_lambda"."""
-    from tqdm.auto import tqdm
-
-    from glmc.paths.barrier import path_curve
 
     lams = [float(x) for x in lambdas]
     if lams[0] != 0.0 or lams[-1] != 1.0:
         raise ValueError("a decomposition grid runs from λ = 0 to λ = 1")
     bad = [g for g in by if g not in GROUPINGS]
     if bad:
-        from glmc.errors import BadOption
-
         raise BadOption(f"unknown decomposition grouping {bad[0]!r}; choose from {', '.join(GROUPINGS)}")
     adapter, views, ends = canonical_views(model_a, model_b)
     dtype = eval_dtype(dtype)
@@ -161,8 +158,6 @@ def _uniform(lams) -> bool:
 
 
 def _grid_curve(ends, batches, task, lams, dtype) -> dict:
-    from glmc.paths.interpolate import Interpolation
-
     interp = Interpolation(ends, dtype)
     rows = [evaluate_batches(interp.set(t), batches, task) for t in lams]
     return {"lambdas": lams, "loss": [r["loss"] for r in rows], "acc": [r["acc"] for r in rows]}

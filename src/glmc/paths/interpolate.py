@@ -15,14 +15,13 @@ import copy
 import torch
 
 from glmc.adapters import adapter_for
-from glmc.errors import IncompatibleModels
+from glmc.errors import BadOption, IncompatibleModels
+from glmc.view.circuit import CircuitModel
 
 
 def harmonise(models: list) -> list:
     """Models with identical parameter names and shapes, so they can be averaged; raises a clear error if the
     architectures differ. A tied LM head is untied when another endpoint's is not."""
-    from glmc.view.circuit import CircuitModel
-
     if not any(isinstance(m, CircuitModel) for m in models):
         adapters = [adapter_for(m) for m in models]
         tied = [a.is_tied(m) for a, m in zip(adapters, models)]
@@ -45,8 +44,6 @@ def eval_dtype(dtype) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
-        from glmc.errors import BadOption
-
         raise BadOption(f"unknown evaluation dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     return DTYPES[dtype]
 

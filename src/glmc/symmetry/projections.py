@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 
 class _Polar(torch.autograd.Function):
@@ -44,6 +43,8 @@ def hard_permutation(z: torch.Tensor) -> torch.Tensor:
     if torch.unique(src).numel() == z.shape[1]:
         p[src, torch.arange(z.shape[1], device=z.device)] = 1.0
         return p
+    from scipy.optimize import linear_sum_assignment  # scipy.optimize: 0.25 s to import, needed here only
+
     rows, cols = linear_sum_assignment(z.detach().cpu().double().numpy(), maximize=True)
     p[torch.as_tensor(rows), torch.as_tensor(cols)] = 1.0
     return p

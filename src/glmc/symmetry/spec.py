@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from glmc.symmetry.kinds import kind
+
 WRITERS = ["embed", "pos_embed", "type_embed", "patch.w", "patch.b", "cls", "registers",
            "blocks.{i}.attn.o.w", "blocks.{i}.attn.o.b", "blocks.{i}.mlp.out.w", "blocks.{i}.mlp.out.b"]
 READERS = ["blocks.{i}.attn.q.w", "blocks.{i}.attn.k.w", "blocks.{i}.attn.v.w", "blocks.{i}.mlp.in.w", "head.w",
@@ -84,8 +86,6 @@ class GroupSpec:
     def group(self, k: str | None = None):
         """The Kind that solves for this group: the declared kind with its parameters, or (`k`) one of its
         declared subgroups or extensions, which take no parameters."""
-        from glmc.symmetry.kinds import kind
-
         return kind(self.kind, **self.params) if k is None or k == self.kind else kind(k)
 
 

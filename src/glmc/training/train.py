@@ -36,12 +36,18 @@ step (as trained, not the best validated ones) go to OUT/checkpoints/step{K·j}/
 
 import math
 import platform
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
+import glmc
+import glmc.data
 from glmc.adapters import adapter_named
+from glmc.models import build_model, save_model
 from glmc.models.evaluate import evaluate, loss_and_correct
 from glmc.tasks import task, task_of_batch
 
@@ -123,8 +129,6 @@ def snapshot(model) -> dict:
 
 def train_loop(model, ds, cfg: TrainConfig, progress=True, save=None) -> LoopResult:
     """Train `model` in place (module docstring); `save(model, step)` is called every `cfg.save_every` steps."""
-    from tqdm.auto import tqdm
-
     total = total_steps(cfg, ds.num_batches("train", cfg.batch_size))
     deadline = None if cfg.minutes is None else time.perf_counter() + 60 * cfg.minutes
     opt = make_optimizer(model, cfg)
@@ -247,8 +251,6 @@ def seed_everything(seed: int):
 
 def record_for(family: str, shape: dict, ds, parts: dict, wall: float, device="cpu") -> dict:
     """The glmc.json of a trained model (see docs in glmc/models/__init__.py and the README)."""
-    import glmc
-
     record = {"glmc_version": glmc.__version__, "kind": "trained-endpoint", "family": family, "model": shape,
               "data": ds.spec, **parts, "eval": {"batch_size": parts["training"]["eval_batch_size"],
                                                  "dtype": "float32", "split_batches": "all (train: first "
@@ -272,9 +274,6 @@ def run(family: str, data_spec: dict, shape: dict, cfg: TrainConfig, out=None, p
     The model is initialised on the CPU (the same seed gives the same initial weights on every device),
     then trained and evaluated on `device`; the recorded metrics hold for that device. Returns
     (model, record)."""
-    import glmc.data
-    from glmc.models import build_model, save_model
-
     t0 = time.perf_counter()
     ds = glmc.data.load(data_spec)
     log(f"data: {ds.describe()}")
@@ -296,15 +295,11 @@ CHECKPOINTS = "checkpoints"
 
 def checkpoint_dir(out, step: int):
     """Where `save_every` puts the weights after `step` steps: OUT/checkpoints/step{step}."""
-    from pathlib import Path
-
     return Path(out) / CHECKPOINTS / f"step{step}"
 
 
 def _staging(out):
     """Where intermediate checkpoints wait until the final model is saved (saving it replaces OUT whole)."""
-    from pathlib import Path
-
     return Path(out).parent / f".{Path(out).name}.{CHECKPOINTS}"
 
 
@@ -312,10 +307,6 @@ def _saver(family, shape, ds, cfg: TrainConfig, out):
     """save(model, step): an intermediate checkpoint, atomically (a directory either complete or absent)."""
     if not cfg.save_every:
         return None
-    import shutil
-
-    import glmc
-    from glmc.models import save_model
 
     shutil.rmtree(_staging(out), ignore_errors=True)  # left by an interrupted run
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from glmc.errors import UnsupportedModel
 from glmc.io import atomic_dir
+from glmc.view.model_ops import canonical_view
 
 ATTN_KEYS = ("q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "o.w")
 
@@ -151,8 +152,6 @@ class CircuitModel(torch.nn.Module):
 
 def circuit_model(model) -> CircuitModel:
     """A native model in circuit form (same function; see the module docstring)."""
-    from glmc.view.model_ops import canonical_view
-
     view, adapter = canonical_view(model)
     arch = adapter.arch(model)
     if arch.block != "sequential":

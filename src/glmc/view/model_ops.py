@@ -6,9 +6,11 @@ import torch
 
 from glmc.adapters import UnsupportedModel, adapter_for, forward
 from glmc.models.evaluate import model_device
+from glmc.symmetry.random import resolve
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform
 from glmc.view.canonical import canonicalise, is_canonical
+from glmc.view.widen import widen
 
 
 def canonical_view(model) -> tuple[dict, "object"]:
@@ -27,8 +29,6 @@ def canonical_model(model):
 def refuse_unsupported(arch, classes) -> None:
     """Raise UnsupportedModel if any of `classes` (roles, "role:kind" classes or "rectangular") is one the
     model's adapter declared not exact for it (arch.unsupported)."""
-    from glmc.symmetry.random import resolve
-
     bad = {c: arch.unsupported[resolve(c)[0]] for c in classes if resolve(c)[0] in arch.unsupported}
     if bad:
         raise UnsupportedModel("; ".join(f"class {c!r} is not exact for this {arch.family} model: {why}"
@@ -63,8 +63,6 @@ def logits(model, inputs) -> torch.Tensor:
 def widen_model(model, d_model: int, n_head: int | None = None, d_mlp: int | None = None,
                 o: torch.Tensor | None = None, d_head: int | None = None):
     """`model` embedded exactly into a wider architecture of the same family (see glmc/view/widen.py)."""
-    from glmc.view.widen import widen
-
     view, adapter = canonical_view(model)
     refuse_unsupported(adapter.arch(model), ["rectangular"])
     wide, eps = widen(view, adapter.arch(model), d_model, n_head, d_mlp, o, d_head)

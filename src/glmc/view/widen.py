@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from glmc.errors import UnsupportedModel
 from glmc.symmetry.elements import LinearMap
 from glmc.symmetry.kinds import zero_pad
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys
@@ -98,8 +99,6 @@ def widen(view: dict, arch, d_model: int, n_head: int | None = None, d_mlp: int 
     if d_model < arch.d_model or n_head < arch.n_head or d_head < arch.d_head or (d_mlp or arch.d_mlp) < arch.d_mlp:
         raise ValueError("widen only grows widths; for a narrower target swap the models")
     if (fixed_heads and (n_head, d_head) != (arch.n_head, arch.d_head)) or (fixed_size and d_head != arch.d_head):
-        from glmc.errors import UnsupportedModel
-
         what = "residual and MLP widths can differ" if fixed_heads else "the head count can grow"
         raise UnsupportedModel(f"cannot widen the heads of this {arch.family} model ({arch.n_head} × {arch.d_head} → "
                                f"{n_head} × {d_head}): {fixed_size}; {what}")

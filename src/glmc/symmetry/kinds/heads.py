@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from glmc.symmetry.elements import DenseMap, LinearMap
-from glmc.symmetry.kinds import Kind, register_kind
+from glmc.symmetry.kinds.base import Kind, register_kind
 from glmc.symmetry.kinds.orthogonal import SignedPermutation
 from glmc.symmetry.kinds.rotary import planes_of
 from glmc.symmetry.solvers import rotary_circuit_similarity, scale_rotation_matrix

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 from glmc.symmetry.elements import DiagonalDenseMap, LinearMap, ScaleMap
-from glmc.symmetry.kinds import Kind, dense, log_uniform_scales, random_orthogonal, register_kind
+from glmc.symmetry.kinds.base import Kind, dense, log_uniform_scales, random_orthogonal, register_kind
 from glmc.symmetry.kinds.orthogonal import Orthogonal
+from glmc.symmetry.solvers import FactorGrams, fit_factor_grams, fit_factor_map
 
 
 @register_kind
@@ -27,19 +28,13 @@ class Invertible(Kind):
     identity = Orthogonal.identity
 
     def fit_head_maps(self, xa, xb, ya, yb):
-        from glmc.symmetry.solvers import fit_factor_map
-
         return fit_factor_map(xa, xb, ya, yb)
 
     def head_problem(self, xa, xb, ya, yb):
         """The k×k Gram blocks of the fit; every layer's are solved in one batched L-BFGS run."""
-        from glmc.symmetry.solvers import FactorGrams
-
         return FactorGrams(xa, xb, ya, yb)
 
     def solve_head_problems(self, problems):
-        from glmc.symmetry.solvers import FactorGrams, fit_factor_grams
-
         if not problems:
             return []
         maps = fit_factor_grams(FactorGrams.cat(problems))

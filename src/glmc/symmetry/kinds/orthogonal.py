@@ -9,7 +9,14 @@ import math
 import torch
 
 from glmc.symmetry.elements import LinearMap, PermutationDenseMap
-from glmc.symmetry.kinds import Kind, assignment_src, dense, ones_complement_basis, random_orthogonal, register_kind
+from glmc.symmetry.kinds.base import (
+    Kind,
+    assignment_src,
+    dense,
+    ones_complement_basis,
+    random_orthogonal,
+    register_kind,
+)
 from glmc.symmetry.projections import polar
 
 

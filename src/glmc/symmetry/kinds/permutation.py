@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from glmc.symmetry.elements import DenseMap, IndexMap, PermutationDenseMap
-from glmc.symmetry.kinds import Kind, assignment_src, register_kind
+from glmc.symmetry.kinds.base import Kind, assignment_src, register_kind
 from glmc.symmetry.projections import hard_permutation, hungarian_ste, sinkhorn, src_of
 
 

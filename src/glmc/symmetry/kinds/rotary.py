@@ -10,9 +10,15 @@ from __future__ import annotations
 import torch
 
 from glmc.symmetry.elements import LinearMap
-from glmc.symmetry.kinds import Kind, dense, log_uniform_scales, register_kind
+from glmc.symmetry.kinds.base import Kind, dense, log_uniform_scales, register_kind
 from glmc.symmetry.kinds.linear import Invertible
-from glmc.symmetry.solvers import scale_rotation_matrix
+from glmc.symmetry.solvers import (
+    FactorGrams,
+    circuit_similarity,
+    fit_scale_rotation,
+    rotary_circuit_similarity,
+    scale_rotation_matrix,
+)
 
 
 def _random_planes(shape, gen) -> torch.Tensor:
@@ -47,13 +53,9 @@ class ScaleRotation(Invertible):
         return LinearMap(self.matrix(_random_planes((() if batch is None else (batch,)) + (n // 2,), gen)))
 
     def head_similarity(self, x_a, y_a, x_b, y_b):
-        from glmc.symmetry.solvers import rotary_circuit_similarity
-
         return rotary_circuit_similarity(x_a, y_a, x_b, y_b)
 
     def fit_head_maps(self, xa, xb, ya, yb):
-        from glmc.symmetry.solvers import fit_scale_rotation
-
         return fit_scale_rotation(xa, xb, ya, yb)
 
     head_problem = Kind.head_problem
@@ -103,8 +105,6 @@ class PartialRotary(Invertible):
         return LinearMap(self._join(rot, free.double()))
 
     def head_similarity(self, x_a, y_a, x_b, y_b):
-        from glmc.symmetry.solvers import circuit_similarity, rotary_circuit_similarity
-
         r = self.rotary(x_a.shape[-2])
         s = rotary_circuit_similarity(x_a[..., :r, :], y_a[..., :r, :], x_b[..., :r, :], y_b[..., :r, :])
         if x_a.shape[-2] > r:
@@ -113,8 +113,6 @@ class PartialRotary(Invertible):
 
     def head_problem(self, xa, xb, ya, yb):
         """(the rotary planes' maps, solved in closed form now; the pass-through block's Gram blocks)."""
-        from glmc.symmetry.solvers import FactorGrams, fit_scale_rotation
-
         r = self.rotary(xa.shape[-2])
         rot = fit_scale_rotation(xa[..., :r, :], xb[..., :r, :], ya[..., :r, :], yb[..., :r, :])
         free = FactorGrams(xa[..., r:, :], xb[..., r:, :], ya[..., r:, :], yb[..., r:, :]) if xa.shape[-2] > r else None
