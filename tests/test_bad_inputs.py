@@ -440,12 +440,12 @@ def test_interrupted_barrier_json_leaves_nothing(models, tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------ bugs
 
 def test_a_bug_is_one_line_and_shows_its_traceback_with_glmc_debug(models, tmp_path, monkeypatch):
-    import glmc.matching
+    import glmc.api.functions
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(glmc.matching, "align", broken)
+    monkeypatch.setattr(glmc.api.functions, "match", broken)  # what glmc.align calls (glmc.matching.align)
     args = ["align", models["a"], models["b"], "--out", tmp_path / "out"]
     monkeypatch.delenv("GLMC_DEBUG", raising=False)
     result = _invoke(args)
