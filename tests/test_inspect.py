@@ -9,15 +9,12 @@ import torch
 import glmc
 from conftest import run_cli
 from glmc.models import build_model, save_model
+from test_adapters_registry import SHAPES  # one small shape per registered family (every one is inspected)
 
-SHAPES = {
-    "gpt2": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, tied=False),
-    "hf-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
-    "timm-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
-    "llama": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
-}
 CLASSES = {"gpt2": "GPT2LMHeadModel", "hf-vit": "ViTForImageClassification", "timm-vit": "VisionTransformer",
-           "llama": "LlamaForCausalLM"}
+           "llama": "LlamaForCausalLM", "neox": "GPTNeoXForCausalLM", "qwen3": "Qwen3ForCausalLM",
+           "gemma": "GemmaForCausalLM", "olmo": "OlmoForCausalLM", "bert": "BertForMaskedLM",
+           "roberta": "RobertaForMaskedLM"}
 
 
 def _save(root, name, family, seed=0, **changes):
@@ -60,6 +57,7 @@ def test_inspect_reports_every_family(zoo, family):
     assert m["sizes"]["layers"] == 1 and m["sizes"]["d_model"] == 16 and m["parameters"] > 0
     assert m["weights"] == {"format": "safetensors", "files": 1, "sharded": False}
     assert m["groups"]["residual"]["size"] == 16 and m["groups"]["mlp"]["kind"] == "permutation"
+    assert m["groups"]["residual"]["kind"] in ("orthogonal", "orthogonal-fixing-ones", "sign-permutation")
     text = run_cli("inspect", zoo[family])
     assert f"{family} ({CLASSES[family]}" in text and "residual" in text and "can be aligned" not in text
     if family == "llama":  # RoPE: what glmc refuses, and why
