@@ -253,3 +253,22 @@ def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):
             persistent = b_name not in module._non_persistent_buffers_set
             module.register_buffer(b_name, old[full].detach().to(device).clone(), persistent=persistent)
     return new
+
+
+class RotaryLM(TokenLM):
+    """What the Hugging Face decoders with rotary positions share (Llama family, GPT-NeoX): probe inputs up to
+    `max_position_embeddings`, no circuit form, and a head tied when `tie_word_embeddings` says so (untying
+    rebuilds it from the canonical view)."""
+
+    def probe_inputs(self, model, n=2, seq=32, gen=None):
+        return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)
+
+    def io_spec(self, model) -> dict:
+        raise UnsupportedModel("circuit mode does not exist under rotary position embeddings: a query/key circuit "
+                               "Q̂ᵀK̂ depends on the positions' offset; use --mode native")
+
+    def is_tied(self, model) -> bool:
+        return bool(getattr(model.config, "tie_word_embeddings", False))
+
+    def untie(self, model):
+        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model

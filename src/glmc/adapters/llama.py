@@ -20,13 +20,12 @@ import torch
 from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
-    TokenLM,
+    RotaryLM,
     assign_state,
     block_hooks,
     hf_config,
     hf_expected_weights,
     load_pretrained,
-    token_probe,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Converter, Entry, Layout, NameMap
 from glmc.symmetry.spec import GroupSpec
@@ -90,7 +89,7 @@ def _model_type(model) -> str:
     return model.config.model_type
 
 
-class LlamaAdapter(TokenLM, Adapter):
+class LlamaAdapter(RotaryLM, Adapter):
     family = "llama"
     task = "lm"
     input_key = "input_ids"
@@ -187,21 +186,8 @@ class LlamaAdapter(TokenLM, Adapter):
 
         return load_pretrained(getattr(transformers, self._class_name(path)), path, self.renames)
 
-    def probe_inputs(self, model, n=2, seq=32, gen=None):
-        return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)
-
     def hook_modules(self, model) -> dict:
         return block_hooks(model.model.layers, lambda b: b.self_attn.o_proj, lambda b: b.mlp.down_proj)
-
-    def io_spec(self, model) -> dict:
-        raise UnsupportedModel("circuit mode does not exist under rotary position embeddings: a query/key circuit "
-                               "Q̂ᵀK̂ depends on the positions' offset; use --mode native")
-
-    def is_tied(self, model) -> bool:
-        return bool(getattr(model.config, "tie_word_embeddings", False))
-
-    def untie(self, model):
-        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
 
     def from_canonical(self, view, model, ln_eps=None, tie=None, consume=False):
         h, dh, d = view["blocks.0.attn.q.w"].shape

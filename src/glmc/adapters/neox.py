@@ -26,14 +26,13 @@ import torch
 from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
-    TokenLM,
+    RotaryLM,
     assign_state,
     block_hooks,
     check_heads,
     hf_config,
     hf_expected_weights,
     load_pretrained,
-    token_probe,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, TRANSPOSE, Converter, Entry, Layout, NameMap, layer_norm
 from glmc.symmetry.spec import GroupSpec, transformer_groups
@@ -91,7 +90,7 @@ def neox_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu: bool, 
     return {**groups, "qk": qk}
 
 
-class NeoXAdapter(TokenLM, Adapter):
+class NeoXAdapter(RotaryLM, Adapter):
     family = "neox"
     task = "lm"
     input_key = "input_ids"
@@ -169,21 +168,8 @@ class NeoXAdapter(TokenLM, Adapter):
 
         return load_pretrained(GPTNeoXForCausalLM, path, self.renames)
 
-    def probe_inputs(self, model, n=2, seq=32, gen=None):
-        return token_probe(model.config.vocab_size, model.config.max_position_embeddings, n, seq, gen)
-
     def hook_modules(self, model) -> dict:
         return block_hooks(model.gpt_neox.layers, lambda b: b.attention.dense, lambda b: b.mlp.dense_4h_to_h)
-
-    def io_spec(self, model) -> dict:
-        raise UnsupportedModel("circuit mode does not exist under rotary position embeddings: a query/key circuit "
-                               "Q̂ᵀK̂ depends on the positions' offset; use --mode native")
-
-    def is_tied(self, model) -> bool:
-        return bool(getattr(model.config, "tie_word_embeddings", False))
-
-    def untie(self, model):
-        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
 
     def from_canonical(self, view, model, ln_eps=None, tie=None, consume=False):
         h, dh, d = view["blocks.0.attn.q.w"].shape
