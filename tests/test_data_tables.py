@@ -187,3 +187,20 @@ def test_image_tables_use_the_model_folders_preprocessor(tmp_path):
     assert result["data"]["image_size"] == 8 and result["data"]["split_rule"] == "90/5/5"
     plain = glmc.data.load(spec)  # without a model folder: the data's own size and statistics
     assert plain.image_size == 12 and plain.channels == 1
+
+
+def test_masked_lm_reads_text_tables(tmp_path):
+    """The table specs serve every task: a masked-LM data set from JSON lines, with the split rule stated."""
+    import json
+
+    import glmc.data
+    from glmc.data.text import read_shakespeare
+
+    lines = [line for line in read_shakespeare()[:60_000].split("\n\n") if line.strip()]
+    path = tmp_path / "plays.jsonl"
+    path.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+    ds = glmc.data.load({"task": "mlm", "source": f"jsonl:{path}:text", "style": "bert", "tokenizer": "wordpiece:200",
+                         "context": 32})
+    assert ds.task == "mlm" and ds.spec["split_rule"] == "90/5/5"
+    batch = next(iter(ds.batches("test", 4)))
+    assert batch["input_ids"].shape == (4, 32) and (batch["masked_targets"] != -100).any()

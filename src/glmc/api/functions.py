@@ -43,6 +43,7 @@ from glmc.models.inspect import check_models
 from glmc.paths.barrier import path_curve
 from glmc.paths.interpolate import eval_dtype
 from glmc.paths.simplex import simplex_surface
+from glmc.tasks import task as get_task
 from glmc.view.circuit import CircuitModel, circuit_model
 
 SIMPLEX_METHODS = ("none", "weight", "learned")
@@ -248,7 +249,8 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
             deterministic) for the other methods.
 
     Every pair's curve carries standard errors over its evaluation batches (`metrics`: loss_barrier_se, …,
-    loss_se per λ) and says how many predictions it used (`info`: n_predictions, unit "tokens" or "images").
+    loss_se per λ) and says how many predictions it used (`info`: n_predictions; unit, the task's: "tokens" or
+    "images").
 
     Returns:
         A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
@@ -289,7 +291,7 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     c = path_curve(ends, evals, task, points, progress, label=method, dtype=dtype)
     info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode, "dtype": _dtype_name(dtype),
             "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals),
-            "n_predictions": sum(c["batch_stats"]["n"]), "unit": "tokens" if task == "lm" else "images"}
+            "n_predictions": sum(c["batch_stats"]["n"]), "unit": get_task(task).unit}
     if batches is None:
         info["split"] = split
     return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info, batch_stats=c["batch_stats"], batches=evals)
