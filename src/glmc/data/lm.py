@@ -96,8 +96,10 @@ def _window_batch(windows: torch.Tensor) -> dict:
     return {"input_ids": windows[:, :-1].contiguous(), "targets": windows[:, 1:].contiguous()}
 
 
-def load_lm(spec: dict, tokenizer=None) -> LMDataset:
-    """Read, split and tokenize. `tokenizer`: None (build from the spec), a loaded tokenizer, or a directory."""
+def read_pieces(spec: dict) -> tuple[dict, dict, str, str]:
+    """(spec with its split rule, {"train", "val", "test": text}, the whole text, its sha256) of a text source:
+    a table (JSON lines, Parquet, datasets) with its own splits, or a corpus split by the spec. Every task that
+    reads text goes through here; a recorded text that has changed is refused."""
     if spec["source"].split(":", 1)[0] in tables.KINDS:
         pieces, rule = tables.text_pieces(spec["source"], spec["split"])
         text = "".join(pieces[k] for k in SPLITS)
@@ -109,6 +111,12 @@ def load_lm(spec: dict, tokenizer=None) -> LMDataset:
     if spec.get("text_sha256") not in (None, digest):
         raise ValueError(f"the text of {spec['source']} has changed since this spec was recorded "
                          f"(sha256 {digest[:12]}… != {spec['text_sha256'][:12]}…)")
+    return spec, pieces, text, digest
+
+
+def load_lm(spec: dict, tokenizer=None) -> LMDataset:
+    """Read, split and tokenize. `tokenizer`: None (build from the spec), a loaded tokenizer, or a directory."""
+    spec, pieces, text, digest = read_pieces(spec)
     if tokenizer is None:
         tokenizer = build_tokenizer(spec["tokenizer"], pieces["train"])
     elif not hasattr(tokenizer, "get_vocab"):

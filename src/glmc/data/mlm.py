@@ -26,9 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import tables
-from .lm import SPLITS
-from .text import read_source, sha256, split_text
+from .lm import SPLITS, read_pieces
 from .tokenizer import _chunks, encode, load_tokenizer
 
 MASK_RATE, MASK_TOKEN, RANDOM_TOKEN = 0.15, 0.8, 0.1  # chosen share; of those: [MASK], random (the rest stay)
@@ -192,17 +190,7 @@ class MLMDataset:
 
 def load_mlm(spec: dict, tokenizer=None) -> MLMDataset:
     """Read, split and tokenize. `tokenizer`: None (build from the spec), a loaded tokenizer, or a directory."""
-    if spec["source"].split(":", 1)[0] in tables.KINDS:  # JSON lines, Parquet, datasets: their own splits
-        pieces, rule = tables.text_pieces(spec["source"], spec["split"])
-        text = "".join(pieces[k] for k in SPLITS)
-        spec = dict(spec, split_rule=rule)
-    else:
-        text = read_source(spec["source"])
-        pieces = split_text(text, spec["split"])
-    digest = sha256(text)
-    if spec.get("text_sha256") not in (None, digest):
-        raise ValueError(f"the text of {spec['source']} has changed since this spec was recorded "
-                         f"(sha256 {digest[:12]}… != {spec['text_sha256'][:12]}…)")
+    spec, pieces, text, digest = read_pieces(spec)  # tables with their own splits, or a corpus
     if tokenizer is None:
         tokenizer = build_tokenizer(spec["tokenizer"], pieces["train"])
     elif not hasattr(tokenizer, "get_vocab"):
