@@ -11,6 +11,7 @@ Both use the same batch (default 8 × 256 tokens). The first step of each is a w
 learned_step.md / learned_step.json under --out.
 
     python benchmarks/learned_step.py                 # 124M, batch 8 × 256, 3 timed steps
+    python benchmarks/learned_step.py --pythia 160m   # GPT-NeoX shaped like Pythia-160M (benchmarks/scale_neox.py)
 Run it alone: two torch processes on 2 cores slow each other 7–12×.
 """
 
@@ -24,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import build_pair, run_measured, shape_parser, write_report  # noqa: E402
+from scale_neox import PYTHIA  # noqa: E402
+from scale_neox import build_pair as build_neox_pair  # noqa: E402
 
 PARTS = ("plain", "learned", "learned-checkpoint")
 
@@ -101,6 +104,8 @@ def _sync(device: str) -> None:
 def run_part(args, part: str) -> dict:
     cmd = [sys.executable, __file__, "--part", part, "--cache", str(args.cache), "--batch", str(args.batch),
            "--context", str(args.context), "--steps", str(args.steps), "--device", args.device]
+    if args.pythia:
+        cmd += ["--pythia", args.pythia]
     wall, peak, code, out = run_measured(cmd, capture=True)
     if code:
         raise SystemExit(f"{part} part failed (exit status {code})")
@@ -114,9 +119,13 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--steps", type=int, default=3, help="Timed steps (after one warm-up step).")
+    ap.add_argument("--pythia", choices=sorted(PYTHIA), help="A GPT-NeoX pair shaped like this Pythia size instead.")
     ap.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    a, b = build_pair(args.cache, args.layers, args.width, args.heads, args.vocab)
+    if args.pythia:
+        a, b = build_neox_pair(args.cache, args.pythia)
+    else:
+        a, b = build_pair(args.cache, args.layers, args.width, args.heads, args.vocab)
     if args.part == "plain":
         print(json.dumps(part_plain(str(a), args.batch, args.context, args.steps, args.device)))
         return
@@ -127,11 +136,13 @@ def main(argv=None) -> None:
     rows = {part: run_part(args, part) for part in PARTS}
     ratio = rows["learned"]["seconds_per_step"] / rows["plain"]["seconds_per_step"]
     ratio_ckpt = rows["learned-checkpoint"]["seconds_per_step"] / rows["plain"]["seconds_per_step"]
-    result = {"model": f"GPT-2 {args.layers}×{args.width}, {args.heads} heads, vocab {args.vocab}, untied",
+    model = (f"GPT-NeoX shaped like Pythia-{args.pythia}" if args.pythia
+             else f"GPT-2 {args.layers}×{args.width}, {args.heads} heads, vocab {args.vocab}, untied")
+    result = {"model": model,
               "batch": args.batch, "context": args.context, "device": args.device, "timed_steps": args.steps,
               **{f"{k}_{part}": v for part, r in rows.items() for k, v in r.items()}, "ratio": ratio,
               "ratio_checkpoint": ratio_ckpt}
-    write_report(args.out, "learned_step", result,
+    write_report(args.out, f"learned_step-pythia-{args.pythia}" if args.pythia else "learned_step", result,
                  ["model", "batch × context", "device", "plain AdamW step s", "learned step s", "ratio",
                   "checkpointed step s", "ratio", "peak RSS plain GB", "peak RSS learned GB",
                   "peak RSS checkpointed GB"],
