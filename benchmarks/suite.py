@@ -133,7 +133,9 @@ PAIRS = [
           "gemma", "--data", "shakespeare", "--steps", 300),
     _pair("olmo-shk-char-L4-w128", "eval", "parameter-free LayerNorms, clip_qkv 8",
           "olmo", "--data", "shakespeare", "--steps", 300),
-    # --- post-LN encoders with the masked-LM task (their CPU presets; no default was tuned on them) ---
+    # --- post-LN encoders with the masked-LM task (their CPU presets) ---
+    _pair("bert-shk-L3-w96", "tune", "3 layers, width 96, 4 heads of 24, MLP 384, the CPU preset otherwise",
+          "bert", "--data", "shakespeare", "--layers", 3, "--width", 96, "--heads", 4, "--mlp", 384),
     _pair("bert-shk-L4-w128", "eval", "the CPU preset (WordPiece 2000, tied decoder, context 64)",
           "bert", "--data", "shakespeare"),
     _pair("bert-stdlib-L4-w128", "eval", "code, the CPU preset",
