@@ -92,7 +92,7 @@ class Options:
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = _checked(self.method, f.name, getattr(self, f.name), hints[f.name], f.metadata)
             object.__setattr__(self, f.name, value)
 
@@ -124,7 +124,7 @@ class Options:
         if unknown:
             raise TypeError(f"{cls.method} got unknown option(s) {', '.join(unknown)}; its options: "
                             f"{', '.join(sorted(cls.names()))}")
-        return dataclasses.replace(options, **kw) if options is not None else cls(**kw)
+        return dataclasses.replace(options, **kw) if options is not None else cls(**kw)  # type: ignore[type-var]
 
     def as_dict(self) -> dict:
         """{name: value} of every field."""
@@ -358,7 +358,7 @@ class BarrierOptions(Options):
     method: typing.ClassVar[str] = "barrier"
 
     points: int = option(11, "λ grid points on the path, endpoints included.", low=2)
-    split: str = option("test", "Which split of the data the barrier is evaluated on.",
+    split: str = option("test", "Which split of the data is evaluated.",
                         choices=("train", "val", "test"))
     batch_size: int = option(32, "Evaluation batch size (sequences or images per batch).", low=1)
     max_batches: int | None = option(None, "Evaluate on at most this many batches.", low=1, none="all")

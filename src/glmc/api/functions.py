@@ -280,7 +280,8 @@ def barrier(model_a, model_b=None, data=None, points: int | None = None, align=N
         ends = [circuit_model(m) for m in ends]
     task = _task(models[0])
     c = path_curve(ends, evals, task, ev.points, progress, label=method, dtype=dtype)
-    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode, "dtype": _dtype_name(dtype),
+    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode,
+            "dtype": _dtype_name(dtype) or _name(next(ends[0].parameters()).dtype),
             "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals),
             "n_predictions": sum(c["batch_stats"]["n"]), "unit": get_task(task).unit}
     if batches is None:
@@ -485,10 +486,12 @@ class Verification(dict):
 
 def _generated_options_doc() -> None:
     """The options part of help(align), help(barrier) and help(merge), generated from the options classes."""
-    align.__doc__ = f"{inspect.cleandoc(align.__doc__ or '')}\n\nOptions by method (glmc/options.py):\n{methods_doc()}\n"
+    align.__doc__ = (f"{inspect.cleandoc(align.__doc__ or '')}\n\nOptions by method (glmc/options.py):\n"
+                     f"{methods_doc()}\n")
     barrier.__doc__ = (f"{inspect.cleandoc(barrier.__doc__ or '')}\n\nEvaluation options (glmc.BarrierOptions):\n"
                        f"{BarrierOptions.describe()}\n\nAlignment options: those of glmc.align (help(glmc.align)).\n")
-    merge.__doc__ = f"{inspect.cleandoc(merge.__doc__ or '')}\n\nOptions (glmc.MergeOptions):\n{MergeOptions.describe()}\n"
+    merge.__doc__ = (f"{inspect.cleandoc(merge.__doc__ or '')}\n\nOptions (glmc.MergeOptions):\n"
+                     f"{MergeOptions.describe()}\n")
 
 
 _generated_options_doc()
