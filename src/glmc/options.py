@@ -46,10 +46,11 @@ RENAMED: dict[str, dict[str, str]] = {
 
 
 def option(default, help: str, *, choices: tuple | None = None, low=None, high=None, open_low: bool = False,
-           none: str | None = None):
-    """A field of an options class: `help` is one line with units; `none` says what a None default stands for."""
+           none: str | None = None, decision: str | None = None):
+    """A field of an options class: `help` is one line with units; `none` says what a None default stands for;
+    `decision`, the decision (docs/decisions/) that chose the default, where a shared help text cannot say it."""
     return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high,
-                                            "open_low": open_low, "none": none})
+                                            "open_low": open_low, "none": none, "decision": decision})
 
 
 # Help texts of names several classes share: one text, so one meaning (tests/test_options.py).
@@ -66,6 +67,7 @@ HELP = {
     "steps": "Training budget in optimiser steps (AdamW, one batch each).",
     "epochs": "Training budget in passes over the training split (instead of steps).",
     "minutes": "Training budget in wall-clock minutes (instead of steps).",
+    "lr": "Peak learning rate of the latent transforms (AdamW, warm-up then cosine decay; the paper's code: 3e-4).",
     "perm_lr": "Learning rate of the permutation latents (straight-through; 0: permutations kept).",
     "sampler": "How λ is drawn in training (pairs): narrow λ ~ U(0.4, 0.6), uniform U(0, 1), fixed 0.5, "
                "gaussian N(0.5, 0.1) clipped.",
@@ -113,10 +115,10 @@ class Options:
         return {f.name: _base(hints[f.name])[0] for f in cls.fields()}
 
     @classmethod
-    def build(cls, options=None, _stacklevel: int = 3, **kw):
+    def build(cls, options=None, _stacklevel: int = 2, **kw):
         """An instance from `options` (an instance of this class, or None) with keyword values on top. An unknown
         name raises TypeError listing the valid ones; a renamed one warns (DeprecationWarning) and is used; a bad
-        value raises BadOption."""
+        value raises BadOption. (`_stacklevel`: frames from here up to the caller the warning names.)"""
         if options is not None and not isinstance(options, cls):
             raise TypeError(f"{cls.method} takes {cls.__name__}, not {type(options).__name__}")
         kw = renamed(cls, kw, _stacklevel + 1)
@@ -149,7 +151,7 @@ class Options:
 def help_text(f: dataclasses.Field) -> str:
     """A field's help, with its choices and what a None default stands for."""
     meta = f.metadata
-    text = meta["help"]
+    text = meta["help"] + (f" Default: decision {meta['decision']}." if meta["decision"] else "")
     if meta["choices"]:
         text += f" Choices: {', '.join(map(str, meta['choices']))}."
     if f.default is None and meta["none"]:
@@ -291,8 +293,7 @@ class LearnedOptions(Options):
     steps: int | None = _shared("steps", None, low=1, none=f"{LEARNED_STEPS} when neither epochs nor minutes is given")
     epochs: float | None = _shared("epochs", None, low=0.0, open_low=True)
     minutes: float | None = _shared("minutes", None, low=0.0, open_low=True)
-    lr: float = option(2e-2, "Peak learning rate of the latents (AdamW, cosine schedule) (decision D6).", low=0.0,
-                       open_low=True)
+    lr: float = _shared("lr", 2e-2, low=0.0, open_low=True, decision="D6")
     perm_lr: float | None = _shared("perm_lr", None, low=0.0,
                                     none=f"learned: {PERM_LR:g}, weight matching's permutations kept (decision D7); "
                                          f"learned-perm: {PERMUTATIONS_ONLY_LR:g}")
@@ -331,8 +332,7 @@ class MergeOptions(Options):
     steps: int = _shared("steps", LEARNED_STEPS, low=1)
     epochs: float | None = _shared("epochs", None, low=0.0, open_low=True)
     minutes: float | None = _shared("minutes", None, low=0.0, open_low=True)
-    lr: float = option(1e-2, "Refinement's peak learning rate (AdamW; the paper: 3e-4) (decision D14).", low=0.0,
-                       open_low=True)
+    lr: float = _shared("lr", 1e-2, low=0.0, open_low=True, decision="D14")
     perm_lr: float = _shared("perm_lr", 0.02, low=0.0)
     concentration: float = option(1.0, "Refinement draws λ ~ Dirichlet(concentration) on the simplex (1: uniform; "
                                   "the paper: 0.1) (decision D14).", low=0.0, open_low=True)

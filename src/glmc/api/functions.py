@@ -300,7 +300,7 @@ def _barrier_options(options, points, kw: dict) -> tuple[BarrierOptions, dict]:
     evaluation = {k: v for k, v in kw.items() if k in own}
     if points is not None:
         evaluation["points"] = points
-    ev = BarrierOptions.build(base, _stacklevel=5, **evaluation)
+    ev = BarrierOptions.build(base, _stacklevel=4, **evaluation)
     align_options = {}
     for o in given:
         if o is not None and not isinstance(o, BarrierOptions):
@@ -407,7 +407,7 @@ def merge(models, method: str = "weight", data=None, weights=None, *, options=No
     models = list(models)
     if len(models) < 2:
         raise TypeError("merge needs at least two models")
-    opts = MergeOptions.build(options, _stacklevel=4, **kw)
+    opts = MergeOptions.build(options, _stacklevel=3, **kw)
     rounds, iterations, mode, null_space, progress = opts.rounds, opts.iterations, opts.mode, opts.null_space, \
         opts.progress
     # the refinement's options the caller set (the others are LearnedMatcher.fit's defaults, the same values)

@@ -21,7 +21,8 @@ def flag(cls: type[Options], name: str, *decls: str, **override):
     """The click option of one field (`decls`: extra declarations, e.g. a parameter name)."""
     f = field_of(cls, name)
     meta, base = f.metadata, cls.types()[name]
-    help = meta["help"] + (f" [{meta['none']}]" if f.default is None and meta["none"] else "")
+    help = meta["help"] + (f" Default: decision {meta['decision']}." if meta["decision"] else "") + \
+        (f" [{meta['none']}]" if f.default is None and meta["none"] else "")
     kw: dict = dict(default=f.default, help=help, show_default=f.default is not None)
     if base is bool:
         names = [f"{dashed(name)}/--no-{dashed(name)[2:]}"]

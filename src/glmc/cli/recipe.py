@@ -119,6 +119,8 @@ def _typed(path, section: str, values, types: dict) -> dict:
             out[key] = None
             continue
         want = types[key]
+        if want is str and isinstance(value, bool) and f is not None and "off" in (f.metadata["choices"] or ()):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare off as false
         ok = isinstance(value, want) or (want is float and isinstance(value, int))
         if not ok or (want is not bool and isinstance(value, bool)):
             raise BadOption(f"{path}: {section}.{key} must be a{'n' if want is int else ''} {want.__name__}, "

@@ -127,7 +127,7 @@ def match_grouped_heads_by_outputs(c: torch.Tensor, n_head: int, n_kv: int):
 
 def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions.train_batches,
           progress: bool = ActivationOptions.progress, train_batch_size: int = ActivationOptions.train_batch_size,
-          fill: bool = False, residual: str | None = None):
+          fill: bool = False, residual: str | None = ActivationOptions.residual):
     """Activation matching on `train_batches` training batches of `train_batch_size` from `data` (module docstring;
     the options are ActivationOptions', glmc/options.py); `fill`: an embedded
     narrower B's free reader weights are filled with A's (glmc/matching/nullspace.py); `residual`: "permutation"
