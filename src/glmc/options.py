@@ -143,7 +143,7 @@ class Options:
         hints = typing.get_type_hints(cls)
         lines = []
         for f in cls.fields():
-            lines.append(f"{indent}{f.name}={f.default!r} ({_type_name(hints[f.name])})")
+            lines.append(f"{indent}{f.name}={f.default!r} ({type_name(hints[f.name])})")
             lines.append(f"{indent}    {help_text(f)}")
         return "\n".join(lines)
 
@@ -183,7 +183,7 @@ def _base(hint) -> tuple[type, bool]:
     return (origin or hint), optional
 
 
-def _type_name(hint) -> str:
+def type_name(hint) -> str:
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
