@@ -15,6 +15,7 @@ import glmc
 from conftest import tiny_gpt2
 from glmc.cli.align import command as align_command
 from glmc.cli.barrier import command as barrier_command
+from glmc.cli.demo import command as demo_command
 from glmc.cli.merge import command as merge_command
 from glmc.cli.recipe import read_recipe
 from glmc.cli.sweep import command as sweep_command
@@ -44,6 +45,7 @@ COMMANDS = {
                                                                                       "max_batches"])]),
     "sweep": (sweep_command, [(BarrierOptions, ["points", "seeds", "split", "batch_size", "max_batches"]),
                               (LearnedOptions, ["steps"]), (WeightOptions, ["iterations"])]),
+    "demo": (demo_command, [(BarrierOptions, ["max_batches", "progress"])]),
 }
 
 
@@ -53,7 +55,7 @@ def _argv(name, tmp_path, extra=()):
     a.mkdir(exist_ok=True)
     b.mkdir(exist_ok=True)
     required = {"align": [a, b, "--out", tmp_path / "out"], "barrier": [a, b], "merge": [a, b],
-                "sweep": [a, b, "--out", tmp_path / "sweep"]}[name]
+                "sweep": [a, b, "--out", tmp_path / "sweep"], "demo": []}[name]
     return [str(x) for x in [*required, *extra]]
 
 
