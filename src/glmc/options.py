@@ -60,7 +60,7 @@ HELP = {
             "bias-augmented QK/OV circuits, interpolated whole).",
     "progress": "Show progress bars.",
     "residual": "Residual symmetry fitted: orthogonal (the residual group the family declares) or a declared "
-                "subgroup (permutation: the correlation baseline; Llama: signed-permutation) (decision D8).",
+                "subgroup (permutation: the correlation baseline; Llama: signed-permutation).",
     "restarts": "Weight matching alternates from this many first residual maps (1–3) and keeps the closest result.",
     "null_space": "Models of different widths: the embedded model's free reader weights, exact either way "
                   "(learned: trained with learned matching; fixed: the wide models'; off: zero).",
@@ -237,7 +237,7 @@ class WeightOptions(Options):
 
     method: typing.ClassVar[str] = "weight matching"
 
-    iterations: int = _shared("iterations", 15, low=1)
+    iterations: int = _shared("iterations", 15, low=1, decision="D11")
     tol: float = option(3e-3, "Stop when an iteration lowers the weight distance ‖A−π(B)‖²/‖A‖² by less than this "
                         "fraction (decision D11).", low=0.0)
     residual: str = _shared("residual", "orthogonal")
@@ -278,7 +278,7 @@ class ActivationOptions(Options):
 
     train_batches: int = option(32, "Training batches whose activations are correlated.", low=1)
     train_batch_size: int = _shared("train_batch_size", 32, low=1)
-    residual: str = _shared("residual", "orthogonal")
+    residual: str = _shared("residual", "orthogonal", decision="D8")
     null_space: str | None = _shared("null_space", None, choices=("learned", "fixed", "off"), none="fixed")
     progress: bool = _shared("progress", True)
 
