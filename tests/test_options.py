@@ -231,6 +231,11 @@ def test_the_api_validates_through_the_classes_and_takes_an_options_object():
     assert len(m.report["universe"]) == 1
     c = glmc.barrier(a, b, data=_tokens(), options=BarrierOptions(points=3, progress=False))
     assert len(c.lambdas) == 3 and c.info["dtype"] == "float32"
+    both = (BarrierOptions(points=2, progress=False), WeightOptions(restarts=1, iterations=1))
+    c = glmc.barrier(a, b, data=_tokens(), align="weight", options=both)
+    assert len(c.lambdas) == 2 and c.alignment.report["restarts"] == 1
+    with pytest.raises(BadOption, match="a barrier's mode is its alignment's too"):
+        glmc.barrier(a, b, data=_tokens(), align="weight", options=WeightOptions(mode="circuit"))
 
 
 def test_old_names_warn_once_and_still_work():

@@ -184,6 +184,7 @@ def _base(hint) -> tuple[type, bool]:
 
 
 def type_name(hint) -> str:
+    """A field's type as written: `int | None`, `tuple[str, ...]`."""
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
@@ -385,11 +386,6 @@ METHOD_OPTIONS: dict[str, type[Options]] = {
 }
 ALL: tuple[type[Options], ...] = (WeightOptions, ActivationOptions, LearnedOptions, MergeOptions, BarrierOptions)
 ALIGN_CLASSES: tuple[type[Options], ...] = (WeightOptions, ActivationOptions, LearnedOptions)
-
-
-def defaults(cls: type[Options]) -> Options:
-    """The class's default instance."""
-    return cls()
 
 
 def field_of(cls: type[Options], name: str) -> dataclasses.Field:
