@@ -330,7 +330,7 @@ class AdapterConformance:
         batch = x if adapter.task in ("lm", "mlm") else (x, torch.zeros(x.shape[0], dtype=torch.long))
         data = IterableData([batch], adapter.task)
         try:
-            found = activation_align(model, model_b, data=data, batches=1, progress=False, residual=residual)
+            found = activation_align(model, model_b, data=data, train_batches=1, progress=False, residual=residual)
         except UnsupportedModel as e:  # a family whose groups activation matching cannot fill says so
             assert "activation matching" in str(e)
             return

@@ -7,8 +7,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "glmc"
 # lowest first; a package may import itself and anything listed before it
-LAYERS = ["glmc", "memory", "errors", "io", "distributed", "data", "tasks", "symmetry", "adapters", "models", "view",
-          "invariance", "paths", "matching", "api", "experiments", "training", "cli"]
+LAYERS = ["glmc", "memory", "errors", "options", "io", "distributed", "data", "tasks", "symmetry", "adapters", "models",
+          "view", "invariance", "paths", "matching", "api", "experiments", "training", "cli"]
 
 
 def _package(module: str) -> str:

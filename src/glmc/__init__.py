@@ -7,7 +7,9 @@
     print(curve.barrier, curve.barrier_mean)
     merged = glmc.merge([a, b], method="weight").model
 
-help(glmc.align), help(glmc.barrier), … document each call. The names below are imported on first use, so
+help(glmc.align), help(glmc.barrier), … document each call; each method's options are a frozen class
+(glmc.WeightOptions, glmc.LearnedOptions, …: the single source of every default), passed as `options=` or as
+keywords. The names below are imported on first use, so
 `import glmc` (and the CLI) stays fast.
 """
 
@@ -19,16 +21,24 @@ __version__ = "0.1.0"
 
 __all__ = ["load_model", "save_model", "convert", "inspect",
            "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
-           "Simplex", "Merge", "Transform", "Verification", "__version__"]
+           "Simplex", "Merge", "Transform", "Verification", "__version__",
+           "WeightOptions", "ActivationOptions", "LearnedOptions", "MergeOptions", "BarrierOptions"]
+# the options classes (glmc/options.py) come without the API's imports (torch), so reading them stays fast
+_OPTIONS = ("WeightOptions", "ActivationOptions", "LearnedOptions", "MergeOptions", "BarrierOptions")
 
 if TYPE_CHECKING:
     from glmc.api import (
+        ActivationOptions,
         Alignment,
+        BarrierOptions,
         Curve,
+        LearnedOptions,
         Merge,
+        MergeOptions,
         Simplex,
         Transform,
         Verification,
+        WeightOptions,
         align,
         barrier,
         convert,
@@ -42,6 +52,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
+    if name in _OPTIONS:
+        return getattr(importlib.import_module("glmc.options"), name)
     if name in __all__:
         return getattr(importlib.import_module("glmc.api"), name)
     if importlib.util.find_spec(f"glmc.{name}") is not None:  # subpackages, e.g. glmc.data after `import glmc`

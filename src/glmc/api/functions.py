@@ -6,6 +6,7 @@ timm modules) and never move or modify their inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ from glmc.matching.weight import wants_data
 from glmc.models.checkpoint import load_checked
 from glmc.models.evaluate import evaluate as run
 from glmc.models.inspect import check_models
+from glmc.options import METHOD_OPTIONS, RENAMED, BarrierOptions, MergeOptions, Options, WeightOptions, methods_doc
 from glmc.paths.barrier import path_curve
 from glmc.paths.interpolate import eval_dtype
 from glmc.paths.simplex import simplex_surface
@@ -94,56 +96,33 @@ def save_model(model, directory, overwrite: bool = False, dtype=None, max_shard_
     return Path(directory)
 
 
-def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype="float32", dtype=None,
-          **options) -> Alignment:
+def align(model_a, model_b, method: str = "weight", data=None, *, options=None, compute_dtype="float32", dtype=None,
+          **kw) -> Alignment:
     """Find the symmetry transform π that brings `model_b` next to `model_a`.
 
     Args:
         model_a, model_b: native models of one family and depth. If their widths differ, the narrower one is
             embedded exactly into the wider architecture first and aligned to the wider one, which stays fixed.
-        method: "weight" (data-free weight matching), "activation" (correlation of activations), "learned"
+        method: "weight" (data-free weight matching), "activation" (correlation of activations),
+            "activation-perm" (the same with a permuted residual stream: Verma & Elbayad's baseline), "learned"
             (the paper's Algorithm 1, started from weight matching), "learned-perm" (permutations only, the
             Git Re-Basin straight-through baseline) or "none" (the raw pair).
         data: what activation and learned matching train on (weight matching reads only its seen tokens, with
-            seen_tokens or in circuit mode):
+            seen_tokens or in circuit mode, and chooses among candidates on it):
             a spec ("shakespeare", "mnist", …), a DataLoader or any iterable of batches (token tensors, or
             (images, labels) pairs), or a dict of them per split;
             None: the data recorded beside model A (see glmc/api/data.py).
+        options: the method's options object (`glmc.WeightOptions`, `glmc.ActivationOptions` or
+            `glmc.LearnedOptions`); keyword options given as well override its fields.
         compute_dtype: the precision the pair is aligned in, "float32" (default) or "float64": inputs stored in
             bfloat16 or float16 are upcast copies (their values exactly); the function check (max |Δlogits|
             ≤ 1e-4) runs in it, on the transformed weights before any rounding.
         dtype: what `.save` writes the moved model in (None: its input's stored dtype, e.g. bfloat16). The
             rounding's own effect is measured on probe inputs (report["rounding"]: max |Δlogits| between the
             moved model and its rounded copy, both computed in compute_dtype), not checked against 1e-4.
-        **options: the method's own, keyword only (an unknown one raises TypeError listing the valid ones):
-            weight: iterations=15 (at most), tol=3e-3 (stop when an iteration lowers the weight distance by
-                less than this fraction), residual=None ("permutation": the residual permutation subgroup),
-                head_maps=True, head_similarity="auto" (heads compared per rotary plane under RoPE; "circuit": whole
-                QK circuits), mode="native", progress=True, restarts=None (alternate from 1, 2 or 3 first
-                residual maps and keep the closest; None: 2 up to 2^25 parameters, else 1, as two cost twice the
-                time); candidates of decision D1 (off by default): seen_tokens=False (the
-                embedding's part of the residual fit uses only tokens in the training split of `data`),
-                centred_keys=False (heads compared on what attention scores see), unit_similarity="inner"
-                ("cosine", "l1": normalised unit signatures), weighting="norms" (residual fit weights: "rows",
-                "none"), algorithm="auto" ("paper": the paper's own alternation, its costs, residual
-                blocks and 15 iterations, using `data`'s seen tokens where known, then in native mode per-head
-                maps; "glmc": glmc's; "auto": select_batches' choice when it applies, else paper in circuit mode,
-                and in native mode the family's declared one up to 2^25 parameters (GPT-2: paper, ViT and Llama:
-                glmc) unless a glmc-only option is given),
-                select_batches=None (with data: run several alternations and keep the one whose path midpoint has
-                the lowest loss on this many training batches; None: SELECT_BATCHES up to 2^25 parameters when
-                algorithm is "auto" and no glmc-only option is given; 0: off), candidates=None (which alternations:
-                names of glmc/matching/select.py's CANDIDATES; None: all four, less "paper" for
-                grouped-query models)
-            activation: batches=32, batch_size=32, progress=True, residual="orthogonal" (the residual group's
-                least-squares map from the streams' cross moments; "permutation": the correlation baseline's)
-            learned / learned-perm: steps=None (300 when no budget is given), epochs=None, minutes=None,
-                lr=2e-2, perm_lr=None (learned: 0, weight matching's permutations kept; learned-perm: 0.02),
-                sampler=None ("narrow": λ ~ U(0.4, 0.6); "uniform", "fixed", "gaussian"), bias=0.0, batch_size=32,
-                eval_every=50, eval_batches=8, patience=None, seed=0, soft=False, iterations=15 (of the
-                weight-matching start), mode="native", autocast=None ("bfloat16" / "float16": training steps in
-                that precision), checkpoint=False (gradient checkpointing of the blocks), progress=True
-            pairs of different widths: null_space="learned" (learned matching) or "fixed" / "off"
+        **kw: the method's own options, keyword only: the fields of its options class, listed under "Options by
+            method" below (generated from the classes, glmc/options.py). An unknown one raises TypeError listing
+            the valid ones; a bad value raises BadOption. Pairs of different widths also take null_space.
 
     Returns:
         An `Alignment`: `.model_b` is π(B), a native model with exactly B's function (checked: max |Δlogits|
@@ -155,6 +134,7 @@ def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype=
     """
     if method not in METHODS:
         raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
+    options = _method_options(method, options, kw)
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
     _check([model_a, model_b])
     model_a, model_b = in_dtype(model_a, compute), in_dtype(model_b, compute)
@@ -178,6 +158,22 @@ def align(model_a, model_b, method: str = "weight", data=None, *, compute_dtype=
     al.report["dtypes"] = {"compute": _name(compute), "inputs": [_name(stored_dtype(m)) for m in (model_a, model_b)],
                            "written": result.dtype}
     return result
+
+
+def _method_options(method: str, options, kw: dict) -> dict:
+    """Every option of `method` as keywords for glmc.matching.align, validated by its options class (an
+    unknown name: TypeError; a bad value: BadOption; an old name: DeprecationWarning)."""
+    cls = METHOD_OPTIONS.get(method)
+    if cls is None:  # "none": the raw pair; only pairs of different widths take an option
+        if options is not None:
+            raise TypeError(f"method {method!r} takes no options object")
+        unknown = sorted(set(kw) - {"null_space"})
+        if unknown:
+            raise TypeError(f"{method} matching got unknown option(s) {', '.join(unknown)}; its options: null_space")
+        if kw.get("null_space") is not None:
+            WeightOptions(null_space=kw["null_space"])  # the same choices
+        return dict(kw)
+    return cls.build(options, _stacklevel=4, **kw).as_dict()
 
 
 def _check(models) -> None:
@@ -217,40 +213,36 @@ def _groups(model):
     return dict(adapter_for(model).arch(model).groups)
 
 
-def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, split: str = "test",
-            batch_size: int = 32, max_batches: int | None = None, batches=None, mode: str = "native",
-            progress: bool = True, resolution: int = 10, samples: int = 64, dtype=None, seeds=None,
-            compute_dtype="float32",
-            **align_options):
+def barrier(model_a, model_b=None, data=None, points: int | None = None, align=None, *, batches=None, options=None,
+            compute_dtype="float32", **kw):
     """Loss and accuracy along the straight line between two models (or over the simplex of several).
 
     Args:
         model_a, model_b: the endpoints; or `model_a` a list of k ≥ 2 models (and no `model_b`): k ≥ 3 gives the
             simplex Σ λ_m·θ_m.
         data: evaluation (and, for data-driven alignment, training) data; see `glmc.align`.
-        points: λ grid points, endpoints included (pairs).
-        align: None or "none" (the raw checkpoints), a method name (aligned first, with `align_options`), or an
-            `Alignment` already computed for this pair. `align_options` are those of `glmc.align`; an option
-            of another method is ignored (one set serves a loop over methods), one no method takes raises.
-            Several models: "none", "weight" or "learned", each aligning all models to a shared universe (see
-            `glmc.merge`).
-        split, batch_size, max_batches: which batches of `data` to evaluate on; `batches`: the caller's own
-            evaluation batches instead.
-        mode: "native" (standard models) or "circuit" (the paper's circuit form: heads as QK/OV circuits).
-        resolution, samples: the simplex grid (3 models: steps per edge; more: random points).
-        dtype: evaluate the interpolated models in this dtype ("bfloat16", "float16", "float32" or a torch dtype;
-            None: the endpoints'). The averages are formed in the endpoints' precision first; alignment is
-            unaffected.
+        points: λ grid points, endpoints included (pairs); None: the options' (11).
+        align: None or "none" (the raw checkpoints), a method name (aligned first, with the alignment options
+            among `kw`), or an `Alignment` already computed for this pair. Alignment options are those of
+            `glmc.align`; an option of another method is ignored (one set serves a loop over methods), one no
+            method takes raises TypeError. Several models: "none", "weight" or "learned", each aligning all
+            models to a shared universe (see `glmc.merge`, whose options they then are).
+        batches: the caller's own evaluation batches, instead of `split`, `batch_size` and `max_batches` of `data`.
+        options: a `glmc.BarrierOptions` (the evaluation), or the alignment method's options object, or a tuple
+            of both; keyword options override their fields.
         compute_dtype: the endpoints' precision for alignment and averaging ("float32" or "float64"); endpoints
             stored in bfloat16 / float16 are upcast copies, so their barrier is that of float32 copies of them.
-        seeds: for a stochastic method (one whose alignment takes a `seed`: learned, learned-perm), align once per
-            seed and report the spread of the barrier over them (`info["repeats"]`, `info["over_seeds"]`: mean,
-            sd and standard error of each metric); the curve returned is the first seed's. Ignored (recorded as
-            deterministic) for the other methods.
+        **kw: the evaluation's options (the fields of `glmc.BarrierOptions`, listed below: split, batch_size,
+            max_batches, mode, eval_dtype, seeds, resolution, samples, progress) and the alignment's (mode and
+            progress apply to both). `batch_size` is the evaluation batch size; a data-driven alignment's
+            training batch size is `train_batch_size`.
 
-    Every pair's curve carries standard errors over its evaluation batches (`metrics`: loss_barrier_se, …,
-    loss_se per λ) and says how many predictions it used (`info`: n_predictions; unit, the task's: "tokens" or
-    "images").
+    With `seeds` and a stochastic method (one whose alignment takes a `seed`: learned, learned-perm), the pair is
+    aligned once per seed and the spread of the barrier over them reported (`info["repeats"]`,
+    `info["over_seeds"]`: mean, sd and standard error of each metric); the curve returned is the first seed's.
+    Other methods ignore `seeds` (recorded as deterministic). Every pair's curve carries standard errors over its
+    evaluation batches (`metrics`: loss_barrier_se, …, loss_se per λ) and says how many predictions it used
+    (`info`: n_predictions; unit, the task's: "tokens" or "images").
 
     Returns:
         A `Curve` (`.lambdas`, `.loss`, `.accuracy`, `.barrier` — the paper's max_λ L(λ) − [(1−λ)L(0) + λL(1)] —,
@@ -259,21 +251,20 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     models = list(model_a) if isinstance(model_a, (list, tuple)) else [model_a, model_b]
     if any(m is None for m in models) or len(models) < 2:
         raise TypeError("barrier needs two models (model_a, model_b) or a list of at least two")
+    ev, align_options = _barrier_options(options, points, kw)
+    split, batch_size, max_batches, mode, progress = ev.split, ev.batch_size, ev.max_batches, ev.mode, ev.progress
+    dtype = ev.eval_dtype
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
     models = [in_dtype(m, compute) for m in models]
-    if mode not in ("native", "circuit"):
-        raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
     method = "none" if align is None else align.method if isinstance(align, Alignment) else align
     needs_data = batches is None or method in ("activation", "learned", "learned-perm")
     ds = resolve_data(data, models[0], required="a barrier" if needs_data and batches is None else None)
     if len(models) > 2:
         return _simplex(models, ds, method, evaluation_batches(ds, models[0], split, batch_size, max_batches,
-                                                                batches), mode, progress, resolution, samples,
+                                                                batches), mode, progress, ev.resolution, ev.samples,
                         align_options, dtype)
-    if seeds is not None and not isinstance(align, Alignment):
-        return _repeats(model_a, model_b, ds, points, method, list(seeds), dict(split=split, batch_size=batch_size,
-                        max_batches=max_batches, batches=batches, mode=mode, progress=progress, dtype=dtype),
-                        align_options)
+    if ev.seeds is not None and not isinstance(align, Alignment):
+        return _repeats(model_a, model_b, ds, method, list(ev.seeds), batches, ev, align_options)
     t0 = time.perf_counter()
     if isinstance(align, Alignment):
         al = align
@@ -288,13 +279,38 @@ def barrier(model_a, model_b=None, data=None, points: int = 11, align=None, *, s
     if mode == "circuit":
         ends = [circuit_model(m) for m in ends]
     task = _task(models[0])
-    c = path_curve(ends, evals, task, points, progress, label=method, dtype=dtype)
-    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode, "dtype": _dtype_name(dtype),
+    c = path_curve(ends, evals, task, ev.points, progress, label=method, dtype=dtype)
+    info = {"align_seconds": align_seconds, "curve_seconds": c["seconds"], "mode": mode,
+            "dtype": _dtype_name(dtype) or _name(next(ends[0].parameters()).dtype),
             "parameters": sum(p.numel() for p in ends[0].parameters()), "n_batches": len(evals),
             "n_predictions": sum(c["batch_stats"]["n"]), "unit": get_task(task).unit}
     if batches is None:
         info["split"] = split
     return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info, batch_stats=c["batch_stats"], batches=evals)
+
+
+def _barrier_options(options, points, kw: dict) -> tuple[BarrierOptions, dict]:
+    """(the evaluation's BarrierOptions, the alignment's options) from barrier's `options`, `points` and keywords:
+    the names BarrierOptions has (or had) are the evaluation's, the others the alignment's."""
+    given = options if isinstance(options, tuple) else (options,)
+    if not all(o is None or isinstance(o, Options) for o in given):
+        raise TypeError("barrier's options is a BarrierOptions, an alignment method's options object, or both")
+    base = next((o for o in given if isinstance(o, BarrierOptions)), None)
+    own = set(BarrierOptions.names()) | set(RENAMED["BarrierOptions"])
+    evaluation = {k: v for k, v in kw.items() if k in own}
+    if points is not None:
+        evaluation["points"] = points
+    ev = BarrierOptions.build(base, _stacklevel=4, **evaluation)
+    align_options = {}
+    for o in given:
+        if o is not None and not isinstance(o, BarrierOptions):
+            shared = sorted(set(o.changed()) & {"mode", "progress"})
+            if shared:
+                raise BadOption(f"a barrier's {shared[0]} is its alignment's too: set it on BarrierOptions or as a "
+                                "keyword, not on the method's options")
+            align_options.update(o.changed())
+    align_options.update({k: v for k, v in kw.items() if k not in own})
+    return ev, align_options
 
 
 REPEATED = ("loss_barrier", "loss_barrier_mean", "acc_drop", "acc_drop_mean")
@@ -306,15 +322,17 @@ def stochastic(method: str) -> bool:
     return func is not None and "seed" in _parameters(func)
 
 
-def _repeats(model_a, model_b, ds, points, method, seeds, kw, align_options) -> Curve:
+def _repeats(model_a, model_b, ds, method, seeds, batches, ev: BarrierOptions, align_options) -> Curve:
     """The barrier once per seed (stochastic methods), the first seed's curve carrying the spread."""
     if not seeds:
         raise BadOption("seeds: give at least one seed")
+    once = dataclasses.replace(ev, seeds=None)
     if not stochastic(method):
-        curve = barrier(model_a, model_b, ds, points, method, **kw, **align_options)
+        curve = barrier(model_a, model_b, ds, None, method, batches=batches, options=once, **align_options)
         curve.info["repeats"] = "deterministic"
         return curve
-    curves = [barrier(model_a, model_b, ds, points, method, **kw, **{**align_options, "seed": s}) for s in seeds]
+    curves = [barrier(model_a, model_b, ds, None, method, batches=batches, options=once,
+                      **{**align_options, "seed": s}) for s in seeds]
     rows = [{"seed": s, **{k: c.metrics[k] for k in REPEATED}, "loss_barrier_se": c.metrics.get("loss_barrier_se")}
             for s, c in zip(seeds, curves)]
     first = curves[0]
@@ -357,9 +375,11 @@ def _simplex(models, ds, method, evals, mode, progress, resolution, samples, opt
     return Simplex([list(p) for p in s["points"]], s["loss"], s["acc"], method, aligned, info)
 
 
-def merge(models, method: str = "weight", data=None, weights=None, *, rounds: int = 3, iterations: int = 5,
-          mode: str = "native", null_space: str = "fixed", progress: bool = True, compute_dtype="float32", dtype=None,
-          **learned_options) -> Merge:
+UNIVERSE_OPTIONS = ("rounds", "iterations", "mode", "null_space", "progress")
+
+
+def merge(models, method: str = "weight", data=None, weights=None, *, options=None, compute_dtype="float32",
+          dtype=None, **kw) -> Merge:
     """Align every model to a shared universe and average them into one model of the same architecture.
 
     Args:
@@ -369,16 +389,16 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
             simplex; needs `data`).
         data: training data for "learned"; see `glmc.align`.
         weights: merge weights, one per model, summing to 1 (default uniform).
-        rounds, iterations: universe rounds, and weight-matching iterations per alignment.
-        mode: "native", or "circuit" to average the paper's circuit form (the result is a glmc CircuitModel).
-        null_space: embedded narrower models' free reader weights: "fixed" (the full-width models' average) or
-            "off" (zero); exact either way.
+        options: a `glmc.MergeOptions`; keyword options override its fields.
         compute_dtype: the precision models are aligned and averaged in ("float32" or "float64"; bfloat16 /
             float16 inputs are upcast copies).
         dtype: what `.save` writes the merged model in (None: model 1's stored dtype); each aligned model is
             written in its own input's. The rounding's effect on the merged model is in report["rounding"].
-        **learned_options: the refinement's (method="learned"): steps=300, lr=1e-2, concentration=1.0 (λ ~
-            Dirichlet), batch_size=32, eval_every=50, eval_batches=8, patience=None, seed=0, simplex_score="edges".
+        **kw: the merge's options, keyword only: the fields of `glmc.MergeOptions`, listed below (generated):
+            rounds, iterations, mode ("circuit": average the paper's circuit form; the result is a glmc
+            CircuitModel), null_space (embedded narrower models' free reader weights), and the learned
+            refinement's training (used with method="learned"). An unknown one raises TypeError, a bad value
+            BadOption.
 
     Returns:
         A `Merge`: `.model` (the merged model), `.aligned` (each input aligned, same function), `.transforms`,
@@ -387,6 +407,11 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
     models = list(models)
     if len(models) < 2:
         raise TypeError("merge needs at least two models")
+    opts = MergeOptions.build(options, _stacklevel=3, **kw)
+    rounds, iterations, mode, null_space, progress = opts.rounds, opts.iterations, opts.mode, opts.null_space, \
+        opts.progress
+    # the refinement's options the caller set (the others are LearnedMatcher.fit's defaults, the same values)
+    learned_options = {k: v for k, v in opts.changed().items() if k not in UNIVERSE_OPTIONS}
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
     _check(models)
     models = [in_dtype(m, compute) for m in models]
@@ -394,7 +419,7 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
         raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
     ds = resolve_data(data, models[0], required="learned merging" if method == "learned" else None)
     if method == "learned":
-        learned_options.setdefault("steps", 300)
+        learned_options.setdefault("steps", opts.steps)
     merged, aligned, transforms, report = merge_models(models, method, weights, rounds, iterations, data=ds,
                                                        progress=progress, mode=mode, null_space=null_space,
                                                        **learned_options)
@@ -419,8 +444,8 @@ def merge(models, method: str = "weight", data=None, weights=None, *, rounds: in
     return result
 
 
-def evaluate(model, data=None, split: str = "test", batch_size: int = 32, max_batches: int | None = None,
-             batches=None) -> dict:
+def evaluate(model, data=None, split: str = BarrierOptions.split, batch_size: int = BarrierOptions.batch_size,
+             max_batches: int | None = BarrierOptions.max_batches, batches=None) -> dict:
     """Mean loss and accuracy of `model` on `data` (see `glmc.align`; None: the data recorded beside the model).
 
     Returns:
@@ -457,3 +482,16 @@ class Verification(dict):
     def ok(self) -> bool:
         """Whether every class kept the function within the tolerance."""
         return all(c.ok for c in self.checks)
+
+
+def _generated_options_doc() -> None:
+    """The options part of help(align), help(barrier) and help(merge), generated from the options classes."""
+    align.__doc__ = (f"{inspect.cleandoc(align.__doc__ or '')}\n\nOptions by method (glmc/options.py):\n"
+                     f"{methods_doc()}\n")
+    barrier.__doc__ = (f"{inspect.cleandoc(barrier.__doc__ or '')}\n\nEvaluation options (glmc.BarrierOptions):\n"
+                       f"{BarrierOptions.describe()}\n\nAlignment options: those of glmc.align (help(glmc.align)).\n")
+    merge.__doc__ = (f"{inspect.cleandoc(merge.__doc__ or '')}\n\nOptions (glmc.MergeOptions):\n"
+                     f"{MergeOptions.describe()}\n")
+
+
+_generated_options_doc()

@@ -14,10 +14,13 @@ from glmc.cli.common import (
     parse_methods,
     pick_device,
     precision_options,
+    progress_option,
     resolve_models,
     revision_option,
     write_json,
 )
+from glmc.cli.flags import flag, method_flags, take
+from glmc.options import ActivationOptions, BarrierOptions, LearnedOptions, MergeOptions, WeightOptions, field_of
 
 
 @click.command("barrier")
@@ -25,25 +28,20 @@ from glmc.cli.common import (
 @click.option("--align", "methods", default="none", show_default=True,
               help="Comma-separated alignment methods: none, weight, activation, activation-perm (Verma & Elbayad: a "
               "permutation of the residual stream), learned, learned-perm.")
-@click.option("--points", default=11, show_default=True, type=click.IntRange(min=2),
-              help="λ grid points, endpoints included.")
+@flag(BarrierOptions, "points")
 @data_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write all results as JSON here.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the per-λ curves as CSV here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss/accuracy figure here.")
-@click.option("--iterations", default=15, show_default=True, type=click.IntRange(min=1),
-              help="Weight-matching iterations.")
-@click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching steps [300].")
-@click.option("--resolution", default=10, show_default=True, type=click.IntRange(min=1),
-              help="3 models: simplex grid steps per edge.")
-@click.option("--samples", default=64, show_default=True, type=click.IntRange(min=1),
-              help="More than 3 models: random simplex points.")
-@click.option("--concentration", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="3+ models, learned: λ ~ Dirichlet(concentration) in training [1; the paper: 0.1] (glmc merge).")
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]),
-              help="Precision of the interpolated models during evaluation (averages are formed in float32 first).")
-@click.option("--seeds", default=None, help="Comma-separated seeds: repeat each stochastic method (learned, "
-              "learned-perm) once per seed and report the barrier's spread over them.")
+@method_flags(WeightOptions, ActivationOptions, LearnedOptions, skip=("mode", "progress", "batch_size", "batches"))
+@flag(BarrierOptions, "resolution")
+@flag(BarrierOptions, "samples")
+@flag(MergeOptions, "concentration",
+      help="3+ models, learned: " + field_of(MergeOptions, "concentration").metadata["help"])
+@flag(BarrierOptions, "eval_dtype")
+@click.option("--dtype", "old_dtype", default=None, hidden=True, type=click.Choice(["float32", "bfloat16", "float16"]),
+              deprecated="use --eval-dtype")
+@flag(BarrierOptions, "seeds", help="Comma-separated: " + field_of(BarrierOptions, "seeds").metadata["help"])
 @click.option("--decompose", is_flag=True, help="Also decompose each path: only one part interpolated, and only "
               "that part kept at A, per role, layer and layer × role (docs/workflows.md).")
 @click.option("--decompose-points", default=5, show_default=True, type=click.IntRange(min=2),
@@ -55,19 +53,24 @@ from glmc.cli.common import (
 @mode_option
 @precision_options(write=False)
 @revision_option
-@click.option("--progress/--no-progress", default=True, show_default=True)
-def command(models, methods, points, json_path, csv_path, plot_path, iterations, steps, resolution, samples,
-            concentration, dtype, seeds, decompose, decompose_points, decompose_by, decompose_plot, mode, progress,
-            compute_dtype, revision, **data_kw):
+@progress_option
+def command(models, methods, points, json_path, csv_path, plot_path, resolution, samples, concentration, eval_dtype,
+            old_dtype, seeds, decompose, decompose_points, decompose_by, decompose_plot, mode, progress,
+            compute_dtype, revision, **kw):
     """Evaluate θ(λ) = (1−λ)·θ_A + λ·θ_B′ on a λ grid, where B′ is B after each alignment method, and report
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
     With three or more models: the loss over the simplex Σλ_m·θ_m (a triangular grid for 3, sampled points
     beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (methods: none, weight,
-    learned, each aligning all models to a shared universe)."""
+    learned, each aligning all models to a shared universe). Each alignment method takes the flags of its
+    options class (as `glmc align`; --batch-size is the evaluation's, --train-batch-size a method's training)."""
     from glmc.experiments.barriers import format_decompositions, format_table, run_barriers, write_csv
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
+    align_options = take(kw, WeightOptions, ActivationOptions, LearnedOptions, skip=("mode", "progress"))
+    data_kw = kw
+    dtype = old_dtype or eval_dtype
+    steps = align_options["steps"]
 
     if len(models) < 2:
         raise click.UsageError("give at least two models")
@@ -102,7 +105,7 @@ def command(models, methods, points, json_path, csv_path, plot_path, iterations,
                         json_path, plot_path, mode, concentration, dtype)
     model_a, model_b = loaded
     result = run_barriers(model_a, model_b, ds, batches, method_list, points=points, progress=progress,
-                          align_options={"iterations": iterations, "steps": steps}, mode=mode, dtype=dtype,
+                          align_options=align_options, mode=mode, dtype=dtype,
                           seeds=seed_list, decompose=decompose_points if decompose else None,
                           decompose_by=by)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
@@ -146,14 +149,15 @@ def _seeds(text):
 
 
 def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples, steps, progress, json_path,
-             plot_path, mode, concentration=None, dtype="float32"):
+             plot_path, mode, concentration=None, dtype=None):
     from glmc.api import barrier
 
     results = {}
     for method in methods:
-        options = {"steps": steps or 300, "concentration": concentration} if method == "learned" else {}
+        options = {"steps": steps or MergeOptions.steps, "concentration": concentration} if method == "learned" \
+            else {}
         s = barrier(models, data=ds, align=method, batches=batches, mode=mode, progress=progress,
-                    resolution=resolution, samples=samples, dtype=dtype, **options)
+                    resolution=resolution, samples=samples, eval_dtype=dtype, **options)
         results[method] = s.to_dict()
     click.echo(f"{'method':<10}{'barrier':>10}{'centre':>10}{'align s':>9}{'grid s':>9}   (k = {len(models)})")
     for method, r in results.items():

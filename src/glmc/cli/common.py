@@ -8,17 +8,18 @@ import math
 
 import click
 
+from glmc.cli.flags import flag
 from glmc.io import atomic_path
+from glmc.options import BarrierOptions
 
 
 def data_options(f):
     @click.option("--data", default=None, help="Data override (e.g. shakespeare, text:PATH, mnist); default: "
                   "what model A's glmc.json records.")
     @click.option("--tokenizer", default=None, help="With --data for text: tokenizer directory or spec.")
-    @click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
-    @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
-    @click.option("--max-batches", default=None, type=click.IntRange(min=1),
-                  help="Evaluate on at most this many batches.")
+    @flag(BarrierOptions, "split")
+    @flag(BarrierOptions, "batch_size")
+    @flag(BarrierOptions, "max_batches")
     @click.option("--max-tokens", default=None, type=click.IntRange(min=1),
                   help="LMs: evaluate on at most this many tokens.")
     @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
@@ -30,9 +31,11 @@ def data_options(f):
 
 
 def mode_option(f):
-    return click.option("--mode", default="native", show_default=True, type=click.Choice(["native", "circuit"]),
-                        help="native: standard models of the original size; circuit: the paper's circuit form "
-                             "(heads as bias-augmented QK/OV circuits, interpolated whole).")(f)
+    return flag(BarrierOptions, "mode")(f)
+
+
+def progress_option(f):
+    return flag(BarrierOptions, "progress")(f)
 
 
 def pick_device(name: str):

@@ -11,6 +11,10 @@ learned matching for 300 steps, about 15 minutes.
 
 import click
 
+from glmc.cli.common import progress_option
+from glmc.cli.flags import flag
+from glmc.options import BarrierOptions, field_of
+
 DEFAULT_FAMILY = "gpt2"
 
 
@@ -82,9 +86,9 @@ def _train_or_reuse(out_dir, family, seed, steps, context, progress):
               help="Training steps per model [500; with --full 600].")
 @click.option("--methods", default=None, help="Alignment methods [none, activation, weight, learned; with --full "
               "learned-perm too].")
-@click.option("--max-batches", default=None, type=click.IntRange(min=1),
-              help="Test batches per λ point [10; with --full 20].")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@flag(BarrierOptions, "max_batches", help=field_of(BarrierOptions, "max_batches").metadata["help"] +
+      " [the preset's: 10; with --full 20]")
+@progress_option
 def command(family, full, out_dir, steps, methods, max_batches, progress):
     """Train two GPT-2s (or Llama decoders) on Shakespeare (seeds 0 and 1), align them with each method and
     print the barriers."""

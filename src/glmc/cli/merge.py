@@ -9,15 +9,14 @@ from glmc.cli.common import (
     data_options,
     load_eval_data,
     load_models,
-    mode_option,
     pick_device,
     precision_options,
     resolve_models,
     revision_option,
     rounding_line,
 )
-
-POSITIVE = click.FloatRange(min=0, min_open=True)
+from glmc.cli.flags import method_flags, take
+from glmc.options import MergeOptions
 
 
 @click.command("merge")
@@ -30,35 +29,26 @@ POSITIVE = click.FloatRange(min=0, min_open=True)
               help="Directory for the merged model; aligned/ holds each aligned model, merge.json the report.")
 @click.option("--method", default="weight", show_default=True, type=click.Choice(["weight", "learned"]))
 @click.option("--weights", default=None, help="Comma-separated merge weights (default: uniform).")
-@click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Universe rounds (align to the average, re-average).")
-@click.option("--iterations", default=5, show_default=True, type=click.IntRange(min=1),
-              help="Weight-matching iterations per alignment.")
-@click.option("--steps", default=300, show_default=True, type=click.IntRange(min=1), help="Learned refinement steps.")
-@click.option("--lr", default=None, type=POSITIVE, help="Learned refinement learning rate [1e-2; the paper: 3e-4].")
-@click.option("--concentration", default=None, type=POSITIVE,
-              help="Learned refinement draws λ ~ Dirichlet(concentration) on the simplex [1: uniform; the paper: "
-                   "0.1, which puts most draws next to a vertex, where there is no gradient].")
-@click.option("--null-space", default="fixed", show_default=True, type=click.Choice(["fixed", "off"]),
-              help="Models narrower than the widest: their free reader weights (exact either way) [fixed: the "
-                   "full-width models' average; off: zero].")
+@method_flags(MergeOptions, skip=("batch_size",))
 @click.option("--overwrite", is_flag=True)
 @click.option("--no-eval", is_flag=True,
               help="Skip evaluating the merged and input models (weight merges then need no data at all).")
-@mode_option
 @precision_options()
 @revision_option
-@click.option("--progress/--no-progress", default=True, show_default=True)
 @data_options
-def command(models, config, out_dir, method, weights, rounds, iterations, steps, lr, concentration, null_space, mode,
-            overwrite, no_eval, progress, compute_dtype, out_dtype, max_shard_size, revision, **data_kw):
+def command(models, config, out_dir, method, weights, overwrite, no_eval, compute_dtype, out_dtype, max_shard_size,
+            revision, **kw):
     """Merge MODELS into one standard checkpoint of the same architecture. Every aligned model keeps its
     function (checked); the inputs are only read. Models of different widths are embedded into the widest.
-    With --config, the models and every setting come from a YAML recipe instead."""
+    With --config, the models and every setting come from a YAML recipe instead. The flags after --weights are
+    glmc.MergeOptions' fields (the refinement's are used with --method learned)."""
     from glmc.api import merge
     from glmc.models.evaluate import evaluate
 
-    progress = progress and distributed.is_main()  # one set of progress bars under a launch
+    options = take(kw, MergeOptions)
+    data_kw = kw
+    progress = options.pop("progress") and distributed.is_main()  # one set of progress bars under a launch
+    mode = options.pop("mode")
 
     device = pick_device(data_kw.pop("device"))
     if config:
@@ -67,8 +57,6 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
         if out_dir is None:
             raise click.UsageError("give --out DIR (or a recipe with --config)")
         w = _parse_weights(weights, len(models)) if weights else None
-        options = dict(rounds=rounds, iterations=iterations, steps=steps, lr=lr, concentration=concentration,
-                       null_space=null_space)
     if len(models) < 2:
         raise click.UsageError("give at least two models")
     models = resolve_models(models, revision)
@@ -79,12 +67,8 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
         load_eval_data(models[0], model=loaded[0], **data_kw)
     if no_eval:
         batches = None
-    learned = {k: options.pop(k) for k in ("steps", "lr", "concentration") if k in options}
-    if method != "learned":
-        learned = {}
     result = merge(loaded, method, data=ds, weights=w, mode=mode, progress=progress, compute_dtype=compute_dtype,
-                   dtype=None if out_dtype == "auto" else out_dtype, **options,
-                   **{k: v for k, v in learned.items() if v is not None})
+                   dtype=None if out_dtype == "auto" else out_dtype, **options)
     scores = {}
     if batches is not None:
         scores["merged"] = evaluate(result.model, batches, ds.task)
@@ -106,7 +90,7 @@ def command(models, config, out_dir, method, weights, rounds, iterations, steps,
 
 
 # what a recipe sets; with --config these may not also be given on the command line
-RECIPE_FLAGS = ("method", "weights", "rounds", "iterations", "steps", "lr", "concentration", "null_space", "mode",
+RECIPE_FLAGS = ("method", "weights", *(n for n in MergeOptions.names() if n != "progress"),
                 "data", "tokenizer", "split", "batch_size", "max_batches", "max_tokens")
 
 

@@ -5,8 +5,8 @@
     method: learned                         # weight | learned
     weights: [0.5, 0.25, 0.25]              # optional, one per model, summing to 1 (default uniform)
     mode: native                            # native | circuit
-    options:                                # optional; the merge's own (glmc merge --help)
-      rounds: 3
+    options:                                # optional; the merge's own: any field of glmc.MergeOptions
+      rounds: 3                             # (glmc merge --help lists them) but mode, which is a top-level key
       iterations: 5
       steps: 300
       lr: 0.01
@@ -18,6 +18,8 @@
     output: runs/merged                     # where to write (--out overrides)
 
 Every problem (an unknown key, a wrong type, a missing model) is one line naming the key and what it accepts.
+The keys of `options` and `evaluation`, their types, choices and bounds are the options classes' fields
+(glmc/options.py: MergeOptions, and BarrierOptions' split, batch_size, max_batches).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from glmc.errors import BadOption
+from glmc.options import MODES, BarrierOptions, MergeOptions, field_of
 
 TOP = {"models", "method", "weights", "mode", "options", "data", "tokenizer", "evaluation", "output"}
-OPTIONS = {"rounds": int, "iterations": int, "steps": int, "lr": float, "concentration": float, "null_space": str}
-EVALUATION = {"split": str, "batch_size": int, "max_batches": int, "max_tokens": int}
-CHOICES = {"method": ("weight", "learned"), "mode": ("native", "circuit"), "null_space": ("fixed", "off"),
-           "split": ("train", "val", "test")}
+# a recipe's mode is a top-level key; progress belongs to the command line
+OPTIONS = {k: t for k, t in MergeOptions.types().items() if k not in ("mode", "progress")}
+EVALUATION_FIELDS = ("split", "batch_size", "max_batches")
+EVALUATION = {**{k: BarrierOptions.types()[k] for k in EVALUATION_FIELDS}, "max_tokens": int}  # max_tokens: the CLI's
+CHOICES = {"method": ("weight", "learned"), "mode": MODES}
 
 
 def read_recipe(path) -> dict:
@@ -96,26 +100,43 @@ def _data_from(base: Path, data: str) -> str:
     return data
 
 
-def _choice(path, key, value) -> None:
-    if value not in CHOICES[key]:
-        raise BadOption(f"{path}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}")
+def _choice(path, key, value, choices=None) -> None:
+    choices = choices or CHOICES[key]
+    if value not in choices:
+        raise BadOption(f"{path}: {key} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def _typed(path, section: str, values, types: dict) -> dict:
+    """`values` checked against the options fields' types, choices and bounds (one line per problem)."""
     if not isinstance(values, dict):
         raise BadOption(f"{path}: {section!r} must be a mapping of {', '.join(types)}")
     out = {}
     for key, value in values.items():
         if key not in types:
             raise BadOption(f"{path}: unknown {section} key {key!r}; known: {', '.join(types)}")
+        f = _field(key) if key != "max_tokens" else None
+        if value is None and f is not None and f.default is None:
+            out[key] = None
+            continue
         want = types[key]
+        if want is str and isinstance(value, bool) and f is not None and "off" in (f.metadata["choices"] or ()):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare off as false
         ok = isinstance(value, want) or (want is float and isinstance(value, int))
-        if not ok or isinstance(value, bool):
+        if not ok or (want is not bool and isinstance(value, bool)):
             raise BadOption(f"{path}: {section}.{key} must be a{'n' if want is int else ''} {want.__name__}, "
                             f"got {value!r}")
-        if key in CHOICES:
-            _choice(path, key, value)
-        elif want in (int, float) and value <= 0:
-            raise BadOption(f"{path}: {section}.{key} must be positive, got {value!r}")
+        meta = f.metadata if f is not None else {"choices": None, "low": 1, "high": None, "open_low": False}
+        if meta["choices"]:
+            _choice(path, f"{section}.{key}", value, meta["choices"])
+        elif meta["low"] is not None and (value < meta["low"] or (meta["open_low"] and value == meta["low"])):
+            positive = (meta["low"] == 0 and meta["open_low"]) or (meta["low"] == 1 and want is int)
+            what = "positive" if positive else f"≥ {meta['low']:g}"
+            raise BadOption(f"{path}: {section}.{key} must be {what}, got {value!r}")
+        elif meta["high"] is not None and value > meta["high"]:
+            raise BadOption(f"{path}: {section}.{key} must be ≤ {meta['high']}, got {value!r}")
         out[key] = want(value)
     return out
+
+
+def _field(key: str):
+    return field_of(BarrierOptions if key in EVALUATION_FIELDS else MergeOptions, key)

@@ -19,7 +19,9 @@ from pathlib import Path
 import click
 
 from glmc.cli.common import parse_methods
+from glmc.cli.flags import flag
 from glmc.errors import BadCheckpoint
+from glmc.options import BarrierOptions, LearnedOptions, WeightOptions, field_of
 
 
 @click.command("sweep")
@@ -34,15 +36,14 @@ from glmc.errors import BadCheckpoint
 @click.option("--revisions", default=None, help="Comma-separated revisions (step0,step1000,…) of the two hub ids "
               "given as MODELS, resolved in the local Hugging Face cache (never downloaded).")
 @click.option("--at", "at", multiple=True, help="STEP=DIR_A:DIR_B, repeatable: a pair of folders per step.")
-@click.option("--points", default=11, show_default=True, type=click.IntRange(min=2), help="λ grid points.")
-@click.option("--seeds", default=None, help="Comma-separated seeds for stochastic methods (glmc barrier --seeds).")
-@click.option("--steps", default=None, type=click.IntRange(min=1), help="Learned matching steps [300].")
-@click.option("--iterations", default=15, show_default=True, type=click.IntRange(min=1),
-              help="Weight-matching iterations.")
+@flag(BarrierOptions, "points")
+@flag(BarrierOptions, "seeds", help="Comma-separated: " + field_of(BarrierOptions, "seeds").metadata["help"])
+@flag(LearnedOptions, "steps")
+@flag(WeightOptions, "iterations")
 @click.option("--data", default=None, help="Data override (default: model A's glmc.json).")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]))
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-batches", default=None, type=click.IntRange(min=1), help="Evaluate on at most this many.")
+@flag(BarrierOptions, "split")
+@flag(BarrierOptions, "batch_size")
+@flag(BarrierOptions, "max_batches")
 @click.option("--max-tokens", default=None, type=click.IntRange(min=1), help="LMs: at most this many tokens.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, … (every cell).")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
@@ -143,10 +144,10 @@ def resolve_revision(repo_id: str, revision: str) -> Path:
 def _barrier_args(points, seeds, steps, iterations, data, split, batch_size, max_batches, max_tokens, device):
     args = ["--points", points, "--iterations", iterations, "--split", split, "--batch-size", batch_size,
             "--device", device, "--no-progress"]
-    for flag, value in (("--seeds", seeds), ("--steps", steps), ("--data", data), ("--max-batches", max_batches),
-                        ("--max-tokens", max_tokens)):
+    for opt, value in (("--seeds", seeds), ("--steps", steps), ("--data", data), ("--max-batches", max_batches),
+                       ("--max-tokens", max_tokens)):
         if value is not None:
-            args += [flag, value]
+            args += [opt, value]
     return [str(a) for a in args]
 
 

@@ -22,10 +22,11 @@ from glmc.api import barrier
 from glmc.api.decomposition import format_decomposition
 from glmc.io import atomic_path
 from glmc.matching import method_options
+from glmc.options import BarrierOptions
 
 
-def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=True, align_options=None,
-                 mode: str = "native", dtype=None, seeds=None, decompose: int | None = None,
+def run_barriers(model_a, model_b, ds, batches, methods, points=BarrierOptions.points, progress=True,
+                 align_options=None, mode: str = "native", dtype=None, seeds=None, decompose: int | None = None,
                  decompose_by=("roles", "layers", "cells")) -> dict:
     """Each method's `glmc.barrier` curve on the same batches; mode "circuit": align as usual, then interpolate
     the paper's circuit form (glmc/view/circuit.py). `seeds`: repeats of stochastic methods; `decompose`: also
@@ -35,7 +36,7 @@ def run_barriers(model_a, model_b, ds, batches, methods, points=11, progress=Tru
         options = method_options(method, {"progress": progress, **(align_options or {})})
         options.pop("progress", None)
         curve = barrier(model_a, model_b, ds, points, align=method, batches=batches, mode=mode, progress=progress,
-                        dtype=dtype, seeds=seeds, **options)
+                        eval_dtype=dtype, seeds=seeds, **options)
         if decompose:
             curve.decompose(batches=batches, points=decompose, by=decompose_by, progress=progress)
         results[method] = curve.to_dict()

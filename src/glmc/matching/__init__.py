@@ -14,6 +14,7 @@ import inspect
 
 from glmc.errors import BadOption, IncompatibleModels
 from glmc.matching.common import Alignment, check_options, max_logit_change, model_device, model_shape
+from glmc.options import ALIGN_CLASSES, METHOD_OPTIONS, RENAMED
 from glmc.paths.interpolate import Interpolation
 from glmc.view.model_ops import widen_model
 
@@ -45,19 +46,23 @@ def _method_function(method: str):
 
 
 def method_options(method: str, options: dict) -> dict:
-    """The subset of `options` (one set shared by several methods, as the CLI has) that `method` takes; an
-    option no method takes is refused."""
-    funcs = {m: _method_function(m) for m in METHODS}
-    known = {k for f in funcs.values() if f is not None for k in _accepted(f)} | set(PAIR_OPTIONS)
+    """The subset of `options` (one set shared by several methods, as the CLI has) that `method` takes (the
+    fields of its options class, glmc/options.py, and their old names); an option no method takes is refused."""
+    _method_function(method)  # an unknown method is refused by name
+    known = {k for cls in ALIGN_CLASSES for k in _names(cls)} | set(PAIR_OPTIONS)
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"unknown alignment option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    func = funcs[method]
-    take = set(_accepted(func)) if func is not None else set()
+    take = set(_names(METHOD_OPTIONS[method])) if method in METHOD_OPTIONS else set()
     return {k: v for k, v in options.items() if k in take or k in PAIR_OPTIONS}
 
 
+def _names(cls) -> list[str]:
+    return cls.names() + list(RENAMED.get(cls.__name__, {}))
+
+
 def _accepted(func) -> list[str]:
+    """The keyword parameters of a method's align function (its options class's fields, and glmc's own)."""
     return [k for k, p in inspect.signature(func).parameters.items()
             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and k not in ("model_a", "model_b")]
 

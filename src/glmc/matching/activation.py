@@ -24,12 +24,13 @@ from glmc.matching.assignments import assignment, grouped_assignment
 from glmc.matching.common import canonical_pair, finish, model_device
 from glmc.matching.nullspace import free_probes
 from glmc.matching.residual_fit import residual_kind, solve_residual
+from glmc.options import ActivationOptions
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 
 # decision D8. "orthogonal" names whatever residual group the model declares.
-DEFAULT_RESIDUAL = "orthogonal"
+DEFAULT_RESIDUAL = ActivationOptions.residual
 
 
 class Correlation:
@@ -124,23 +125,25 @@ def match_grouped_heads_by_outputs(c: torch.Tensor, n_head: int, n_kv: int):
     return groups, query, _dim_maps(blocks, total, n_head // n_kv)
 
 
-def align(model_a, model_b, *, data=None, batches: int = 32, progress: bool = True, batch_size: int = 32,
-          fill: bool = False, residual: str | None = None):
-    """Activation matching on `batches` training batches of `data` (module docstring); `fill`: an embedded
+def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions.train_batches,
+          progress: bool = ActivationOptions.progress, train_batch_size: int = ActivationOptions.train_batch_size,
+          fill: bool = False, residual: str | None = ActivationOptions.residual):
+    """Activation matching on `train_batches` training batches of `train_batch_size` from `data` (module docstring;
+    the options are ActivationOptions', glmc/options.py); `fill`: an embedded
     narrower B's free reader weights are filled with A's (glmc/matching/nullspace.py); `residual`: "permutation"
     (the correlation baseline) or the model's residual group ("orthogonal"; None: DEFAULT_RESIDUAL)."""
     if data is None:
         raise ValueError("activation matching needs data (the models' glmc.json or --data)")
-    if batches < 1:
-        raise BadOption(f"activation matching needs at least 1 batch, got {batches}")
+    if train_batches < 1:
+        raise BadOption(f"activation matching needs at least 1 batch, got {train_batches}")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     residual = DEFAULT_RESIDUAL if residual is None else residual
     res_kind = "permutation" if residual == "permutation" else residual_kind(arch, residual)
     _check_kinds(arch, res_kind)
     canon_a = adapter.from_canonical(view_a, model_a).to(model_device(model_a)).eval()
     canon_b = adapter.from_canonical(view_b, model_b).to(model_device(model_a)).eval()
-    train = list(tqdm(data.batches("train", batch_size, max_batches=batches, seed=0, shuffle=False),
-                      desc="activations", disable=not progress, leave=False, total=batches))
+    train = list(tqdm(data.batches("train", train_batch_size, max_batches=train_batches, seed=0, shuffle=False),
+                      desc="activations", disable=not progress, leave=False, total=train_batches))
     corr = correlations(adapter, canon_a, canon_b, train)
     if res_kind == "permutation":
         res = assignment(sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer)))

@@ -62,6 +62,7 @@ from glmc.matching.residual_fit import (
     streamed_distance,
 )
 from glmc.memory import park, trim
+from glmc.options import WeightOptions
 from glmc.symmetry.elements import LinearMap
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
@@ -268,6 +269,6 @@ def first_map_keys(view, keys_all, weighting: str) -> list:
 
 # The weight method's stopping tolerance (decision D11): past this relative gain per iteration the distance still
 # creeps down but the barrier does not follow
-TOL = 3e-3
+TOL = WeightOptions.tol
 
 

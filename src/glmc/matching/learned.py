@@ -45,20 +45,22 @@ from glmc.matching.alternation import weight_matching
 from glmc.matching.checkpointing import checkpointed
 from glmc.matching.common import canonical_pair, finish
 from glmc.models.evaluate import summed, training_loss
+from glmc.options import LEARNED_STEPS, PERM_LR, PERMUTATIONS_ONLY_LR, LearnedOptions, MergeOptions
 from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.spec import split_name
 from glmc.symmetry.transform import Transform, apply_elements, constant_first
 from glmc.view.circuit import circuit_model, circuit_params
 
-DEFAULT_STEPS = 300  # when no budget is given: what benchmarks/barriers.py measures; ~75 s for the demo GPT-2
+# The defaults live with the options (glmc/options.py: LearnedOptions, MergeOptions), which say why.
+DEFAULT_STEPS = LEARNED_STEPS  # when no budget is given: what benchmarks/barriers.py measures
 # AdamW's learning rate for the latents (decision D6; the paper's code: 3e-4)
-DEFAULT_LR = 2e-2
+DEFAULT_LR = LearnedOptions.lr
 # learned matching keeps weight matching's permutations (heads, MLP units) and learns the continuous maps around
 # them: AdamW moves every entry of a one-hot latent by ~lr whatever its gradient's size, so at 0.02 assignments
 # flipped on noise
 # (decision D7). A latent that does not move is not differentiated.
-DEFAULT_PERM_LR = 0.0
-PERMUTATIONS_ONLY_LR = 0.02  # learned-perm (the Git Re-Basin STE baseline) learns nothing else
+DEFAULT_PERM_LR = PERM_LR
+L = LearnedOptions  # the options' defaults
 
 LAMBDA_SAMPLERS = {
     "narrow": lambda rng: rng.uniform(0.4, 0.6),
@@ -71,7 +73,8 @@ LAMBDA_SAMPLERS = {
 SCORE_POINTS = {"uniform": (0.25, 0.5, 0.75)}
 # joint refinement of k > 2 models (glmc/matching/merge.py says why these differ from the paper's
 # Dirichlet(0.1), lr 3e-4; perm_lr 0.02 is the pairs' earlier value, not re-measured on k > 2)
-SIMPLEX_DEFAULTS = {"lr": 1e-2, "perm_lr": 0.02, "concentration": 1.0, "simplex_score": "edges"}
+SIMPLEX_DEFAULTS = {"lr": MergeOptions.lr, "perm_lr": MergeOptions.perm_lr, "concentration": MergeOptions.concentration,
+                    "simplex_score": MergeOptions.simplex_score}
 
 
 def score_points(k: int, sampler: str, simplex_score: str) -> list[list[float]]:
@@ -305,9 +308,10 @@ class LearnedMatcher:
             return loss.new_tensor(distributed.all_sum([loss.item()])[0])
         return loss.detach()
 
-    def fit(self, steps=None, epochs=None, minutes=None, lr=DEFAULT_LR, weight_decay=0.0, warmup=0.05, batch_size=32,
-            sampler="narrow", bias=0.0, eval_every=50, eval_batches=8, patience=None, seed=0, progress=True,
-            perm_lr=DEFAULT_PERM_LR, concentration=SIMPLEX_DEFAULTS["concentration"],
+    def fit(self, steps=None, epochs=None, minutes=None, lr=DEFAULT_LR, weight_decay=MergeOptions.weight_decay,
+            warmup=MergeOptions.warmup, batch_size=L.train_batch_size, sampler=MergeOptions.sampler, bias=L.bias,
+            eval_every=L.eval_every, eval_batches=L.eval_batches, patience=L.patience, seed=L.seed,
+            progress=L.progress, perm_lr=DEFAULT_PERM_LR, concentration=SIMPLEX_DEFAULTS["concentration"],
             simplex_score=SIMPLEX_DEFAULTS["simplex_score"]) -> dict:
         rng = random.Random(seed)
         torch.manual_seed(seed)
@@ -371,12 +375,13 @@ class LearnedMatcher:
                 "transforms": best["transforms"], "targets": best["targets"]}
 
 
-def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft: bool = False, iterations: int = 15,
-          progress: bool = True, steps=None, epochs=None, minutes=None, lr: float = DEFAULT_LR,
-          sampler: str | None = None, bias: float = 0.0, eval_every: int = 50, eval_batches: int = 8, patience=None,
-          batch_size: int = 32, seed: int = 0, mode: str = "native", perm_lr: float | None = None, fill: bool = False,
-          learn_free: bool = False, autocast: str | None = None, checkpoint: bool = False,
-          restarts: int | None = None):
+def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft: bool = L.soft,
+          iterations: int = L.iterations, progress: bool = L.progress, steps=L.steps, epochs=L.epochs,
+          minutes=L.minutes, lr: float = L.lr, sampler: str | None = L.sampler, bias: float = L.bias,
+          eval_every: int = L.eval_every, eval_batches: int = L.eval_batches, patience=L.patience,
+          train_batch_size: int = L.train_batch_size, seed: int = L.seed, mode: str = L.mode,
+          perm_lr: float | None = L.perm_lr, fill: bool = False, learn_free: bool = False,
+          autocast: str | None = L.autocast, checkpoint: bool = L.checkpoint, restarts: int | None = L.restarts):
     """Learned matching (module docstring): `steps` / `epochs` / `minutes` budget (default DEFAULT_STEPS), AdamW
     at `lr` (`perm_lr` for permutation latents; None: DEFAULT_PERM_LR, PERMUTATIONS_ONLY_LR with
     `permutations_only`), λ from `sampler`, validation every `eval_every` steps on
@@ -406,7 +411,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     probes = nullspace.free_probes(view_b, arch.n_layer) if fill and mode == "native" else None
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, data, [init], kinds, soft, device,
                        mode, probes=[probes], learn_free=learn_free, autocast=autocast, checkpoint=checkpoint)
-    fit = m.fit(steps, epochs, minutes, lr, batch_size=batch_size, sampler=sampler, bias=bias,
+    fit = m.fit(steps, epochs, minutes, lr, batch_size=train_batch_size, sampler=sampler, bias=bias,
                 eval_every=eval_every, eval_batches=eval_batches, patience=patience, seed=seed, progress=progress,
                 perm_lr=perm_lr)
     t = fit.pop("transforms")[0]
@@ -415,7 +420,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
               "sampler": sampler,
               "lr": lr, "perm_lr": perm_lr, **fit, "weight_matching": wm_log, "transform": t.describe()}
     if soft:
-        report["soft_endpoint_loss_change"] = _soft_endpoint_change(m, data, batch_size)
+        report["soft_endpoint_loss_change"] = _soft_endpoint_change(m, data, train_batch_size)
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes, fill_target=target)
 
 

@@ -35,6 +35,7 @@ from glmc.matching.common import (
 from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 from glmc.matching.nullspace import fill_exact, free_probes
 from glmc.matching.residual_fit import moved_part
+from glmc.options import MergeOptions as M
 from glmc.symmetry.transform import Transform
 from glmc.view.model_ops import widen_model
 
@@ -61,7 +62,8 @@ def moved_average(views: list, transforms: list, weights, arch) -> tuple[dict, f
     return out, spread
 
 
-def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterations: int = 5, progress=False,
+def universe_alignment(views: list, arch, weights=None, rounds: int = M.rounds, iterations: int = M.iterations,
+                       progress=False,
                        balanced: bool = True):
     """(transforms, per-round log): transforms[m] brings model m into the shared universe (transforms[0] is the
     identity after the first round unless later rounds move model 1 too). `balanced`: weight matching's
@@ -83,8 +85,9 @@ def universe_alignment(views: list, arch, weights=None, rounds: int = 3, iterati
     return transforms, log
 
 
-def merge_models(models: list, method: str = "weight", weights=None, rounds: int = 3, iterations: int = 5,
-                 data=None, progress=True, mode: str = "native", null_space: str = "fixed", balanced=None,
+def merge_models(models: list, method: str = "weight", weights=None, rounds: int = M.rounds,
+                 iterations: int = M.iterations, data=None, progress=M.progress, mode: str = M.mode,
+                 null_space: str = M.null_space, balanced=None,
                  **learned_options):
     """(merged native model, aligned native models, their transforms, report). Every aligned model is checked to
     keep its function (max |Δlogits| in the report). Embedded narrower models get their free reader weights from
@@ -94,6 +97,8 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
     with method="learned"; a name fit does not take raises TypeError."""
     if method not in ("weight", "learned"):
         raise BadOption(f"unknown merge method {method!r}; choose weight or learned")
+    if "train_batch_size" in learned_options:  # MergeOptions' name for the training batch size
+        learned_options["batch_size"] = learned_options.pop("train_batch_size")
     check_options("learned refinement", LearnedMatcher.fit, learned_options)
     models, template, widened = _common_width(models)
     adapter, arch, views = canonical_views(models)

@@ -21,14 +21,20 @@ from glmc.matching.nullspace import free_probes
 from glmc.matching.paper import fits_head_maps, paper_transform
 from glmc.matching.residual_fit import residual_kind, seen_token_rows
 from glmc.matching.select import align_selected
+from glmc.options import SELECT_BATCHES
+from glmc.options import WeightOptions as W
+
+# the defaults are WeightOptions' (glmc/options.py), which documents each option
 
 
-def align(model_a, model_b, *, iterations: int = 15, residual: str | None = None, head_maps: bool = True,
-          progress: bool = True, mode: str = "native", fill: bool = False, head_similarity: str = "auto",
-          tol: float = TOL, data=None, seen_tokens: bool = False, centred_keys: bool = False,
-          unit_similarity: str = "inner", weighting: str = "norms", restarts: int | None = None,
-          algorithm: str = "auto", select_batches: int | None = None, candidates=None):
-    """Weight matching (module docstring). `residual`: None (the declared residual group) or "permutation";
+def align(model_a, model_b, *, iterations: int = W.iterations, residual: str | None = W.residual,
+          head_maps: bool = W.head_maps, progress: bool = W.progress, mode: str = W.mode, fill: bool = False,
+          head_similarity: str = W.head_similarity, tol: float = TOL, data=None, seen_tokens: bool = W.seen_tokens,
+          centred_keys: bool = W.centred_keys, unit_similarity: str = W.unit_similarity, weighting: str = W.weighting,
+          restarts: int | None = W.restarts, algorithm: str = W.algorithm, select_batches: int | None = None,
+          candidates=None):
+    """Weight matching (module docstring). `residual`: None or "orthogonal" (the declared residual group) or a
+    declared subgroup ("permutation");
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
     compared per rotary plane under RoPE, `rotary_circuit_similarity`) or "circuit" (whole QK circuits); `tol`:
@@ -72,8 +78,9 @@ ALGORITHMS = ("auto", "glmc", "paper")
 # the paper's L1 unit costs (d_mlp² rows of 2d+1 per layer) and fixed 15 iterations took GPT-2-124M's weight
 # matching past 10 minutes on 2 cores, against ~60 s for glmc's (issue #18)
 PAPER_UP_TO = 1 << 25
-_GLMC_DEFAULTS = dict(fill=False, head_similarity="auto", tol=TOL, seen_tokens=False, centred_keys=False,
-                      unit_similarity="inner", weighting="norms", restarts=None)
+_GLMC_DEFAULTS = dict(fill=False, head_similarity=W.head_similarity, tol=TOL, seen_tokens=W.seen_tokens,
+                      centred_keys=W.centred_keys, unit_similarity=W.unit_similarity, weighting=W.weighting,
+                      restarts=W.restarts)
 
 
 def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **options) -> str:
@@ -95,8 +102,7 @@ def resolve_algorithm(model, mode: str = "native", algorithm: str = "auto", **op
 
 # align selects among candidate alternations by their midpoint's training loss (glmc/matching/select.py) on this
 # many batches of 32 by default, in either mode, for models up to SELECT_UP_TO parameters, given data (decision
-# D4). `algorithm="paper"` runs the paper's alternation alone.
-SELECT_BATCHES = 4
+# D4). `algorithm="paper"` runs the paper's alternation alone. SELECT_BATCHES lives with the options (glmc/options.py).
 # one alternation per candidate (five) and a forward pass of each midpoint: seconds at the suite's sizes, minutes
 # at GPT-2-124M's, where glmc's alternation alone is the default
 SELECT_UP_TO = 1 << 25
