@@ -38,7 +38,7 @@ from pathlib import Path
 
 from barriers import aligned_barrier  # noqa: E402  (benchmarks/ is the script's directory)
 
-METHODS = ("none", "activation-perm", "activation", "weight", "weight-circuit", "learned")
+METHODS = ("none", "activation-perm", "activation", "weight", "weight-circuit", "learned", "learned-perm")
 DEFAULT_METHODS = ("none", "activation", "weight", "weight-circuit", "learned")
 # method name -> (glmc method, mode, options): variants measured beside the defaults
 VARIANTS = {"weight-circuit": ("weight", "circuit", {}),
