@@ -1,12 +1,12 @@
-"""HF Gemma (v1) decoders through the adapter conformance suite (tests/conformance.py), and the checks of what
+"""HF Gemma (v1) decoders through the adapter conformance suite (adapter_suite.py), and the checks of what
 Gemma adds to Llama: the 1 + w norm gain, the √d embedding scale and the tied head folding unties."""
 
 import pytest
 import torch
 import transformers
 
-from conformance import AdapterConformance, max_diff
-from decoder_factory import decoder, factory
+from adapter_suite import AdapterConformance, max_diff
+from factories import decoder, factory
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs
 from glmc.models import load_model, save_model

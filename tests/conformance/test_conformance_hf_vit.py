@@ -2,22 +2,20 @@
 
 from transformers import ViTModel
 
-from conformance import AdapterConformance
-from test_vit_adapters import hf_vit
-
-
-def config(**kw):
-    return lambda seed: hf_vit(seed=seed, **kw)
+from adapter_suite import AdapterConformance
+from factories import hf_vit, seeded
 
 
 class TestHFViTConformance(AdapterConformance):
     family = "hf-vit"
     configs = {
-        "gelu-d16h2": config(),
-        "relu-c1-d24h3-noqkvbias": config(channels=1, width=24, heads=3, mlp=40, act="relu", qkv_bias=False),
-        "tanh-L1-d32h4-eps1e-12": config(layers=1, width=32, heads=4, mlp=48, act="gelu_pytorch_tanh", eps=1e-12),
-        "ViTModel-pooler-d24h4": config(width=24, heads=4, mlp=24, pooler_model=True),
-        "patch2-d16h8-quickgelu": config(patch=2, width=16, heads=8, mlp=20, act="quick_gelu", channels=2),
+        "gelu-d16h2": seeded(hf_vit),
+        "relu-c1-d24h3-noqkvbias": seeded(hf_vit, channels=1, width=24, heads=3, mlp=40, act="relu",
+                                          qkv_bias=False),
+        "tanh-L1-d32h4-eps1e-12": seeded(hf_vit, layers=1, width=32, heads=4, mlp=48, act="gelu_pytorch_tanh",
+                                         eps=1e-12),
+        "ViTModel-pooler-d24h4": seeded(hf_vit, width=24, heads=4, mlp=24, pooler_model=True),
+        "patch2-d16h8-quickgelu": seeded(hf_vit, patch=2, width=16, heads=8, mlp=20, act="quick_gelu", channels=2),
     }
 
     def test_configs_cover_bias_free_and_pooler(self):

@@ -1,58 +1,33 @@
-"""HF Llama-family decoders (Llama, Mistral, Qwen2) through the adapter conformance suite (tests/conformance.py),
+"""HF Llama-family decoders (Llama, Mistral, Qwen2) through the adapter conformance suite (adapter_suite.py),
 plus the checks that their declared groups are exactly the ones RoPE, grouped-query attention and SwiGLU allow."""
 
 import pytest
 import torch
-import transformers
 
-from conformance import AdapterConformance, max_diff
+from adapter_suite import AdapterConformance, max_diff
+from factories import LLAMA_CLASSES, llama, seeded
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs
 from glmc.symmetry.elements import IndexMap
 from glmc.symmetry.kinds import kind
 from glmc.view.model_ops import canonical_model, transform_model
 
-CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
-
-
-def llama(seed=0, model_type="llama", layers=2, width=32, heads=4, kv=2, mlp=40, tied=False, vocab=61,
-          act="silu", **extra):
-    """A tiny random decoder with norms moved off 1, Qwen2's q/k/v biases non-zero and weights ×3 (realistic
-    logits, so float32 error is tested)."""
-    cls = getattr(transformers, CLASSES[model_type])
-    torch.manual_seed(seed)
-    cfg = cls.config_class(vocab_size=vocab, max_position_embeddings=64, hidden_size=width, num_hidden_layers=layers,
-                           num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=mlp, hidden_act=act,
-                           tie_word_embeddings=tied, bos_token_id=0, eos_token_id=0, pad_token_id=None, **extra)
-    model = cls(cfg).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 1:  # norm gains and biases
-                p.add_(0.3 * torch.randn(p.shape, generator=gen))
-            else:  # a tied head reads the embedding: it needs the larger scale for logits of a few units
-                p.mul_(10.0 if "embed" in name else 3.0)
-    return model.eval()
-
-
-def config(**kw):
-    return lambda seed: llama(seed=seed, **kw)
-
 
 class TestLlamaConformance(AdapterConformance):
     family = "llama"
     configs = {
-        "llama-L2-d32-h4kv4-mha-untied": config(kv=4),
-        "llama-L2-d32-h4kv2-gqa-tied": config(kv=2, tied=True),
-        "mistral-L2-d32-h8kv2-gqa4": config(model_type="mistral", heads=8, kv=2, mlp=48),
-        "qwen2-L2-d32-h4kv2-qkv-bias": config(model_type="qwen2", kv=2),
+        "llama-L2-d32-h4kv4-mha-untied": seeded(llama, kv=4),
+        "llama-L2-d32-h4kv2-gqa-tied": seeded(llama, kv=2, tied=True),
+        "mistral-L2-d32-h8kv2-gqa4": seeded(llama, model_type="mistral", heads=8, kv=2, mlp=48),
+        "qwen2-L2-d32-h4kv2-qkv-bias": seeded(llama, model_type="qwen2", kv=2),
         # multi-query attention; a gated ReLU (any elementwise gate keeps the groups exact); head_dim ≠ d/H
-        "llama-L1-d24-h4kv1-mqa-relu-dh8": config(layers=1, width=24, heads=4, kv=1, mlp=36, act="relu", head_dim=8),
-        "qwen2-L1-d16-h2kv1-mqa-tied": config(model_type="qwen2", layers=1, width=16, heads=2, kv=1, mlp=24,
-                                              tied=True),
+        "llama-L1-d24-h4kv1-mqa-relu-dh8": seeded(llama, layers=1, width=24, heads=4, kv=1, mlp=36, act="relu",
+                                                  head_dim=8),
+        "qwen2-L1-d16-h2kv1-mqa-tied": seeded(llama, model_type="qwen2", layers=1, width=16, heads=2, kv=1,
+                                              mlp=24, tied=True),
         # gate, up and down biases: the gate bias follows the units, the up bias their scale, the down bias is a
         # residual writer
-        "llama-L2-d32-h4kv2-mlp-bias": config(kv=2, mlp_bias=True),
+        "llama-L2-d32-h4kv2-mlp-bias": seeded(llama, kv=2, mlp_bias=True),
     }
 
     def test_configs_cover_activations_and_head_shapes(self):
@@ -64,7 +39,7 @@ class TestLlamaConformance(AdapterConformance):
 
     def test_configs_cover_families_and_head_layouts(self):
         models = [self.make(c) for c in self.configs]
-        assert {type(m).__name__ for m in models} == set(CLASSES.values())
+        assert {type(m).__name__ for m in models} == set(LLAMA_CLASSES.values())
         ratios = {m.config.num_attention_heads // m.config.num_key_value_heads for m in models}
         assert {1, 2, 4} <= ratios
         assert {m.config.tie_word_embeddings for m in models} == {True, False}

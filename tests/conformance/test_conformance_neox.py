@@ -1,4 +1,4 @@
-"""HF GPT-NeoX (Pythia) through the adapter conformance suite (tests/conformance.py), a checkpoint written with the
+"""HF GPT-NeoX (Pythia) through the adapter conformance suite (adapter_suite.py), a checkpoint written with the
 file names and config fields released Pythia checkpoints use, and the checks that the declared QK group is exactly
 the one partial rotary embeddings allow."""
 
@@ -9,8 +9,9 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
-from conformance import AdapterConformance, max_diff
+from adapter_suite import AdapterConformance, max_diff
 from conftest import run_cli
+from factories import neox, seeded
 from glmc.adapters import UnsupportedModel, adapter_for, adapter_for_dir
 from glmc.invariance import probe_inputs
 from glmc.models import load_model
@@ -20,42 +21,16 @@ from glmc.symmetry.transform import Transform
 from glmc.view.model_ops import canonical_model, transform_model
 
 
-def neox(seed=0, layers=2, width=32, heads=4, mlp=48, rotary=0.25, parallel=True, tied=False, vocab=61,
-         act="gelu", bias=True, legacy=False):
-    """A tiny random GPT-NeoX with norms and biases moved off their init and weights ×3 (realistic logits).
-    `legacy`: the rotary fraction given as Pythia's configs give it (rotary_pct, rotary_emb_base)."""
-    torch.manual_seed(seed)
-    rope = (dict(rotary_pct=rotary, rotary_emb_base=10000) if legacy else
-            dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": rotary}))
-    cfg = transformers.GPTNeoXConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
-                                     num_attention_heads=heads, intermediate_size=mlp, max_position_embeddings=64,
-                                     hidden_act=act, use_parallel_residual=parallel, tie_word_embeddings=tied,
-                                     attention_bias=bias, bos_token_id=0, eos_token_id=0, **rope)
-    model = transformers.GPTNeoXForCausalLM(cfg).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 1:  # norm gains and biases
-                p.add_(0.3 * torch.randn(p.shape, generator=gen))
-            else:
-                p.mul_(10.0 if "embed" in name else 3.0)
-    return model.eval()
-
-
-def config(**kw):
-    return lambda seed: neox(seed=seed, **kw)
-
-
 class TestNeoXConformance(AdapterConformance):
     family = "neox"
     configs = {
         # Pythia's layout: parallel residual, a quarter of each head rotary (d_head 16: 4 rotary, 12 free)
-        "neox-L2-d32-h2-rot0.25-parallel": config(heads=2),
-        "neox-L2-d32-h4-rot1.0-parallel": config(rotary=1.0),
-        "neox-L2-d32-h4-rot0.25-sequential": config(parallel=False),
-        "neox-L2-d32-h2-rot1.0-sequential-tied": config(heads=2, rotary=1.0, parallel=False, tied=True),
-        "neox-L1-d24-h2-rot0.5-relu-nobias-legacy": config(layers=1, width=24, heads=2, mlp=36, rotary=0.5, act="relu",
-                                                           bias=False, legacy=True),
+        "neox-L2-d32-h2-rot0.25-parallel": seeded(neox, heads=2),
+        "neox-L2-d32-h4-rot1.0-parallel": seeded(neox, rotary=1.0),
+        "neox-L2-d32-h4-rot0.25-sequential": seeded(neox, parallel=False),
+        "neox-L2-d32-h2-rot1.0-sequential-tied": seeded(neox, heads=2, rotary=1.0, parallel=False, tied=True),
+        "neox-L1-d24-h2-rot0.5-relu-nobias-legacy": seeded(neox, layers=1, width=24, heads=2, mlp=36, rotary=0.5,
+                                                           act="relu", bias=False, legacy=True),
     }
 
     def test_configs_cover_rotary_fractions_and_blocks(self):

@@ -1,12 +1,12 @@
-"""HF OLMo (v1) decoders through the adapter conformance suite (tests/conformance.py), and the checks that the
+"""HF OLMo (v1) decoders through the adapter conformance suite (adapter_suite.py), and the checks that the
 maps inside heads under clip_qkv are exactly the declared ones: quarter turns of rotary planes (QK) and signed
 permutations (OV) (docs/families-qwen3-gemma-olmo.md)."""
 
 import pytest
 import torch
 
-from conformance import AdapterConformance, max_diff, state_diff
-from decoder_factory import decoder, factory
+from adapter_suite import AdapterConformance, max_diff, state_diff
+from factories import decoder, factory
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs
 from glmc.symmetry.elements import LinearMap

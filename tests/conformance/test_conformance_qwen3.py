@@ -1,11 +1,11 @@
-"""HF Qwen3 decoders through the adapter conformance suite (tests/conformance.py), and the checks that the QK
+"""HF Qwen3 decoders through the adapter conformance suite (adapter_suite.py), and the checks that the QK
 maps QK-norm leaves are exactly the plane signs (docs/families-qwen3-gemma-olmo.md)."""
 
 import pytest
 import torch
 
-from conformance import AdapterConformance, max_diff
-from decoder_factory import decoder, factory
+from adapter_suite import AdapterConformance, max_diff
+from factories import decoder, factory
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs
 from glmc.symmetry.elements import LinearMap

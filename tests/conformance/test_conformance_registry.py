@@ -1,10 +1,10 @@
-"""Every adapter glmc registers has a conformance subclass (tests/conformance.py) with at least 3 configs, so a
+"""Every adapter glmc registers has a conformance subclass (adapter_suite.py) with at least 3 configs, so a
 family added without factories fails the suite."""
 
 import importlib
 from pathlib import Path
 
-from conformance import AdapterConformance
+from adapter_suite import AdapterConformance
 from glmc.adapters import ADAPTERS, FAMILIES
 
 

@@ -1,26 +1,22 @@
 """timm VisionTransformer through the conformance suite: token and average pooling, register tokens, LayerScale,
 bias-free projections, no class token / position embedding, and qk_norm (whose declared groups drop "qk")."""
 
-from conformance import AdapterConformance
-from test_vit_adapters import timm_vit
-
-
-def config(**kw):
-    return lambda seed: timm_vit(seed=seed, **kw)
+from adapter_suite import AdapterConformance
+from factories import seeded, timm_vit
 
 
 class TestTimmViTConformance(AdapterConformance):
     family = "timm-vit"
     configs = {
-        "token-gelu-d16h2": config(),
-        "avg-fcnorm-reg2-ls-relu-d24h3": config(in_chans=1, global_pool="avg", reg_tokens=2, init_values=0.1,
+        "token-gelu-d16h2": seeded(timm_vit),
+        "avg-fcnorm-reg2-ls-relu-d24h3": seeded(timm_vit, in_chans=1, global_pool="avg", reg_tokens=2, init_values=0.1,
                                                 act_layer="relu", embed_dim=24, num_heads=3, mlp_ratio=2.5),
-        "noembedclass-reg1-nobias-ls-tanh-d24h4": config(no_embed_class=True, reg_tokens=1, qkv_bias=False,
+        "noembedclass-reg1-nobias-ls-tanh-d24h4": seeded(timm_vit, no_embed_class=True, reg_tokens=1, qkv_bias=False,
                                                          proj_bias=False, init_values=1e-2, act_layer="gelu_tanh",
                                                          embed_dim=24, num_heads=4),
-        "avg-norm-noclass-nopos-c2-d32h4": config(class_token=False, global_pool="avg", fc_norm=False,
+        "avg-norm-noclass-nopos-c2-d32h4": seeded(timm_vit, class_token=False, global_pool="avg", fc_norm=False,
                                                   pos_embed="none", in_chans=2, embed_dim=32, num_heads=4),
-        "qknorm-ls-d32h4": config(qk_norm=True, embed_dim=32, num_heads=4, init_values=0.5),
+        "qknorm-ls-d32h4": seeded(timm_vit, qk_norm=True, embed_dim=32, num_heads=4, init_values=0.5),
     }
 
     def test_configs_cover_bias_free_pooling_and_qk_norm(self):

@@ -16,7 +16,7 @@ from glmc.adapters import adapter_for
 from glmc.matching.common import max_logit_change
 from glmc.symmetry.random import random_full_transform
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pair():

@@ -13,7 +13,7 @@ import torch
 import glmc
 from conftest import make_cache, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEEP = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "glmc.json")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import glmc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 README_MAX_LINES = 180  # 150 for the front door, plus room for the families the open issues add
 

@@ -8,8 +8,8 @@ import torch
 
 import glmc
 from conftest import run_cli
+from factories import SHAPES  # one small shape per registered family (every one is inspected)
 from glmc.models import build_model, save_model
-from test_adapters_registry import SHAPES  # one small shape per registered family (every one is inspected)
 
 CLASSES = {"gpt2": "GPT2LMHeadModel", "hf-vit": "ViTForImageClassification", "timm-vit": "VisionTransformer",
            "llama": "LlamaForCausalLM", "neox": "GPTNeoXForCausalLM", "qwen3": "Qwen3ForCausalLM",

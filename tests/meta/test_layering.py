@@ -5,7 +5,7 @@ import ast
 import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "glmc"
+SRC = Path(__file__).resolve().parents[2] / "src" / "glmc"
 # lowest first; a package may import itself and anything listed before it
 LAYERS = ["glmc", "memory", "errors", "io", "distributed", "data", "tasks", "symmetry", "adapters", "models", "view",
           "invariance", "paths", "matching", "api", "experiments", "training", "cli"]

@@ -6,21 +6,9 @@ import json
 import pytest
 import torch
 
+from factories import SHAPES  # one small shape per registered family
 from glmc.adapters import FAMILIES, UnsupportedModel, adapter_for, adapter_for_dir, adapter_named, forward
 from glmc.models import build_model, load_model, save_model
-
-SHAPES = {
-    "gpt2": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, tied=False),
-    "hf-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
-    "timm-vit": dict(image_size=8, patch=4, channels=1, num_classes=3, layers=1, width=16, heads=2, mlp=24),
-    "llama": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
-    "neox": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, rotary=0.25, parallel=True),
-    "qwen3": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
-    "gemma": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False),
-    "olmo": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, kv_heads=1, mlp=24, tied=False, clip_qkv=8.0),
-    "bert": dict(vocab_size=30, context=12, layers=1, width=16, heads=2, mlp=24, tied=False),
-    "roberta": dict(vocab_size=30, context=14, layers=1, width=16, heads=2, mlp=24, tied=False),
-}
 
 
 def test_every_family_is_named_and_claims_only_its_own_directories(tmp_path):

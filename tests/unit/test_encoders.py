@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from conftest import run_cli
+from factories import bert, roberta
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs
 from glmc.symmetry.declarations import NormSpec, residual_bound
@@ -13,7 +14,6 @@ from glmc.symmetry.kinds import kind
 from glmc.symmetry.transform import Transform
 from glmc.view.canonical import canonicalise
 from glmc.view.model_ops import logits
-from test_conformance_bert import bert, roberta
 
 TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
         "of a wife.\nHowever little known the feelings or views of such a man may be on his first entering a "

@@ -6,9 +6,9 @@ import torch.nn.functional as F
 
 import glmc.models.head_loss as head_loss
 from conftest import tiny_gpt2
+from factories import llama
 from glmc.models.evaluate import loss_and_correct, training_loss
 from glmc.models.head_loss import linear_cross_entropy
-from test_conformance_llama import llama
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conftest import tiny_gpt2
+from factories import hf_vit, timm_vit
 from glmc.adapters import adapter_for
 from glmc.invariance import probe_inputs
 from glmc.matching.nullspace import fill, free_probes, has_freedom, moved_probes, residual_probe
@@ -11,7 +12,6 @@ from glmc.symmetry.random import random_full_transform
 from glmc.view.canonical import canonicalise
 from glmc.view.model_ops import canonical_view, logits, widen_model
 from glmc.view.widen import residual_embedding
-from test_vit_adapters import hf_vit, timm_vit
 
 # (narrow model, wide widths: d_model, n_head, d_mlp): extra heads, wider heads and extra MLP units all occur
 CASES = {

@@ -1,12 +1,11 @@
 """HF ViT and timm VisionTransformer adapters: exact round trip, every symmetry class, save/reload, refusals,
 and agreement between the two families on a model converted from one to the other."""
 
-import math
-
 import pytest
 import torch
 from click.testing import CliRunner
 
+from factories import hf_vit, perturb_vit, timm_vit
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.adapters.hf_vit import HFViTAdapter
 from glmc.adapters.timm_vit import TimmViTAdapter
@@ -20,46 +19,6 @@ TOL = 1e-4
 # HF hidden_act -> timm act_layer with the same function
 HF_TO_TIMM_ACT = {"gelu": "gelu", "relu": "relu", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu",
                   "silu": "silu"}
-
-
-def perturb(model, seed=0):
-    """Weights of realistic scale (logits of a few units) and LayerNorm / LayerScale / qk_norm parameters far
-    from their identity init, so that folding them is really tested."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            r = torch.randn(p.shape, generator=gen)
-            if name.endswith(("cls_token", "reg_token", "pos_embed", "position_embeddings")):
-                p.copy_(r * 0.5)
-            elif p.ndim >= 2:
-                p.copy_(r / math.sqrt(p[0].numel()))
-            elif name.endswith("gamma"):  # LayerScale
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif "norm" in name and name.endswith("weight"):
-                p.copy_(1 + 0.3 * r)
-            else:
-                p.copy_(0.3 * r)
-    return model.eval()
-
-
-def hf_vit(image=8, patch=4, channels=3, layers=2, width=16, heads=2, mlp=32, act="gelu", classes=5, qkv_bias=True,
-           pooler_model=False, eps=1e-6, seed=0):
-    from transformers import ViTConfig, ViTForImageClassification, ViTModel
-
-    torch.manual_seed(seed)
-    cfg = ViTConfig(image_size=image, patch_size=patch, num_channels=channels, hidden_size=width,
-                    num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=mlp, hidden_act=act,
-                    num_labels=classes, qkv_bias=qkv_bias, layer_norm_eps=eps, pooler_output_size=classes)
-    model = ViTModel(cfg) if pooler_model else ViTForImageClassification(cfg)
-    return perturb(model, seed)
-
-
-def timm_vit(seed=0, **kw):
-    kwargs = dict(img_size=8, patch_size=4, in_chans=3, num_classes=5, embed_dim=16, depth=2, num_heads=2,
-                  mlp_ratio=2.0)
-    kwargs.update(kw)
-    torch.manual_seed(seed)
-    return perturb(_timm_from_kwargs(kwargs), seed)
 
 
 HF_CONFIGS = {
@@ -289,7 +248,7 @@ def test_timm_model_built_outside_glmc_is_rebuilt_and_saved(tmp_path):
     from timm.models.vision_transformer import VisionTransformer
 
     torch.manual_seed(0)
-    model = perturb(VisionTransformer(img_size=8, patch_size=4, in_chans=1, num_classes=3, embed_dim=24, depth=2,
+    model = perturb_vit(VisionTransformer(img_size=8, patch_size=4, in_chans=1, num_classes=3, embed_dim=24, depth=2,
                                       num_heads=3, mlp_ratio=2.0, global_pool="avg", reg_tokens=1, no_embed_class=True,
                                       init_values=0.3, act_layer="gelu_tanh", proj_bias=False,
                                       norm_layer=functools.partial(LayerNorm, eps=1e-5)))

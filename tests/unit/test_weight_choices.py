@@ -108,10 +108,10 @@ def test_restarts_default_to_two_for_small_models_and_one_above_the_size_limit(m
 
 
 def test_fixed_permutations_still_fit_the_continuous_maps_and_a_given_first_map_is_used():
+    from factories import llama
     from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
     from glmc.symmetry.random import random_class_element
-    from test_conformance_llama import llama
 
     a = llama(seed=0)
     arch = adapter_for(a).arch(a)
