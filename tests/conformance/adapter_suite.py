@@ -1,18 +1,20 @@
 """The conformance suite every adapter inherits (issue #16, item 3; the pattern of SliceGPT's adapter test base).
 
-A family plugs in with one file, tests/test_conformance_<family>.py:
+A family plugs in with one file, tests/conformance/test_conformance_<family>.py, and its builder in
+tests/factories.py:
 
     class TestMyFamilyConformance(AdapterConformance):
         family = "my-family"                      # the adapter's `family` (glmc.adapters.ADAPTERS)
-        configs = {"name": factory, ...}          # factory(seed) -> a small random model in eval mode
+        configs = {"name": seeded(my_family, width=24, ...), ...}  # factory(seed) -> small random model, eval mode
         xfail = {("test_name", "config"): "why"}  # optional: known bugs, strict xfail of single cases
+        declared_checks = {"heads", "qk", ...}    # optional: classes verify must check on every config
 
 Every `test_*` method below that takes the `config` argument runs once per entry of `configs` (parametrised by
 `pytest_generate_tests`, which pytest calls on the class); the others run once per family. A factory must
 perturb norms and LayerScale away from their identity init and give the weights a realistic scale (logits of a
 few units), otherwise folding and float32 error go untested; `test_factory_builds_a_perturbed_model` checks it.
-tests/test_conformance_registry.py fails when an adapter in glmc.adapters.ADAPTERS has no subclass with at
-least 3 configs. Nothing here trains; keep every model tiny (width ≤ 32, ≤ 2 layers, ≤ 8×8 images).
+test_conformance_registry.py fails when an adapter in glmc.adapters.ADAPTERS has no subclass with at least 3
+configs. Nothing here trains; keep every model tiny (width ≤ 32, ≤ 2 layers, ≤ 8×8 images).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform, resolve
 from glmc.symmetry.spec import group_name, instantiate
 from glmc.symmetry.transform import Transform
-from glmc.view.canonical import canonicalise
+from glmc.view.canonical import canonicalise, is_canonical
 from glmc.view.model_ops import canonical_model, logits, transform_model
 
 TOL = 1e-4  # function preservation (max |Δlogits|, |Δloss|) and weight restoration
@@ -99,6 +101,10 @@ class AdapterConformance:
     configs: dict = {}  # name -> factory(seed) returning a small random model in eval mode
     xfail: dict = {}  # (test method name, config name) -> reason: a known bug, marked xfail(strict=True)
     min_configs = 3
+    # checks verify must report on every config: the family's known groups, so a declaration that silently loses
+    # one fails here (everything else compares verify against the arch's own declarations)
+    declared_checks: set = set()
+    circuit_configs: set = set()  # configs the paper's circuit form must express (refused: the test fails)
 
     def pytest_generate_tests(self, metafunc):
         if "config" not in metafunc.fixturenames:
@@ -127,6 +133,16 @@ class AdapterConformance:
         adapter = adapter_for(model)
         return model, adapter, adapter.arch(model)
 
+    def batch(self, model, adapter, arch, gen: torch.Generator) -> dict:
+        """A batch of probe inputs with random targets of the family's task (the target key from the registry)."""
+        from glmc.tasks import task as get_task
+
+        x = probe_inputs(model, n=4, seq=8)
+        classes = logits(model, x).shape[-1]
+        task = get_task(arch.task)
+        target = torch.randint(0, classes, x.shape[:2] if task.per_position else x.shape[:1], generator=gen)
+        return {**adapter.batch_of(x), task.target_key: target}
+
     # --- once per family ------------------------------------------------------------------------------------
 
     def test_family_has_enough_configs(self):
@@ -139,6 +155,25 @@ class AdapterConformance:
         archs = [adapter_for(m).arch(m) for m in (self.make(c) for c in self.configs)]
         assert any(a.relu for a in archs) and any(not a.relu for a in archs), "need ReLU and non-ReLU configs"
         assert len({(a.n_head, a.d_head) for a in archs}) >= 2, "need at least two head counts / sizes"
+
+    def test_align_recovers_a_planted_symmetry_and_the_matched_path_is_flat(self):
+        """glmc.align (the public API, weight matching) on A and a transformed copy of A: the distance vanishes, the
+        straight path between the aligned models has no barrier and the endpoints keep their losses. Once per family,
+        on its first config."""
+        from glmc.matching import align
+        from glmc.paths.barrier import barrier_metrics, path_curve
+
+        model, adapter, arch = self.parts(next(iter(self.configs)))
+        gen = torch.Generator().manual_seed(3)
+        moved = transform_model(model, random_full_transform(arch, gen))
+        found = align(model, moved, "weight", iterations=5, progress=False)
+        assert found.report["distance_before"] > 0.1
+        assert found.report["distance_after"] < 1e-8, found.report["iterations"]
+        batches = [self.batch(model, adapter, arch, gen)]
+        plain = barrier_metrics(path_curve([model, moved], batches, arch.task, 5, progress=False))
+        matched = barrier_metrics(path_curve([found.model_a, found.model_b], batches, arch.task, 5, progress=False))
+        assert matched["loss_barrier"] <= TOL and matched["acc_drop"] <= 1e-9
+        assert max(abs(a - b) for a, b in zip(plain["loss_endpoints"], matched["loss_endpoints"])) <= TOL
 
     # --- once per config ------------------------------------------------------------------------------------
 
@@ -215,8 +250,43 @@ class AdapterConformance:
         names = [c.name for c in checks]
         assert len(names) == len(set(names)), names
         assert set(names) == expected_checks(arch)
+        assert self.declared_checks <= set(names), self.declared_checks - set(names)
+        # splitting MLP units (a semi-permutation) is exact for ReLU units alone (relu(a·x) = a·relu(x), a ≥ 0)
+        assert ("mlp:semi-permutation" in names) == arch.relu, names
         bad = [c for c in checks if not (c.ok and c.max_dlogits <= TOL and c.dloss <= TOL)]
         assert not bad, bad
+
+    def test_canonical_model_is_canonical_and_keeps_logits(self, config):
+        model, adapter, arch = self.parts(config)
+        canon = canonical_model(model)
+        assert type(canon) is type(model) and not canon.training
+        assert is_canonical(adapter.to_canonical(canon), arch)
+        if arch.centred_stream:  # folding and centring really moved something (the factory perturbed the norms)
+            assert not is_canonical(adapter.to_canonical(model), arch)
+        assert max_diff(model, canon, probe_inputs(model)) <= TOL
+
+    def test_inputs_are_left_untouched(self, config):
+        # canonicalising a view and transforming a model return new objects; the caller's ones stay as they were
+        model, adapter, arch = self.parts(config)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        view = adapter.to_canonical(model)
+        snapshot = {k: v.clone() for k, v in view.items()}
+        canonicalise(view, arch)
+        transform_model(model, random_full_transform(arch, torch.Generator().manual_seed(6)))
+        assert not view_diff(view, snapshot, atol=0.0)
+        after = model.state_dict()
+        assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+
+    def test_consecutive_classes_compose_keeping_logits(self, config):
+        # one class's element, then the next one's: `then` of transforms acting on different groups
+        model, _, arch = self.parts(config)
+        canon = canonical_model(model)
+        x = probe_inputs(model)
+        gen = torch.Generator().manual_seed(7)
+        classes = [c for c in exact_classes(arch) if is_invertible_class(c, arch)]
+        for a, b in zip(classes, classes[1:] + classes[:1]):
+            t = random_class_element(a, arch, gen).then(random_class_element(b, arch, gen), arch)
+            assert max_diff(model, transform_model(canon, t), x) <= TOL, (a, b)
 
     def test_random_elements_invert_and_compose(self, config):
         model, adapter, arch = self.parts(config)
@@ -256,6 +326,21 @@ class AdapterConformance:
         x = probe_inputs(model)
         assert max_diff(model, adapter.from_canonical(view_b, model), x) <= TOL
         assert max_diff(model, adapter.from_canonical(recovered, model), x) <= TOL
+
+    def test_circuit_form_reproduces_the_logits_or_is_refused(self, config):
+        """The paper's circuit form (glmc/view/circuit.py) computes the model's logits; a family without one is
+        refused by name (UnsupportedModel), never approximated."""
+        from glmc.view.circuit import circuit_model
+
+        model, adapter, _ = self.parts(config)
+        try:
+            circuit = circuit_model(model)
+        except UnsupportedModel as e:
+            assert config not in self.circuit_configs, f"{config} has a circuit form, refused: {e}"
+            return
+        x = probe_inputs(model)
+        with torch.no_grad():
+            assert float((logits(model, x) - circuit(**adapter.batch_of(x))).abs().max()) <= TOL
 
     def test_paper_circuit_matching_recovers_a_planted_symmetry(self, config):
         """--mode circuit without data runs the paper's alternation (glmc/matching/paper.py): from B = π(A) it must
@@ -378,14 +463,20 @@ class AdapterConformance:
         assert not state_diff(moved, moved_again)
         assert max_diff(moved, moved_again, x) == 0.0
         assert max_diff(model, moved_again, x) <= TOL
+        if hasattr(type(model), "from_pretrained"):  # a Hugging Face class reads what glmc wrote, on its own
+            native = type(model).from_pretrained(tmp_path / "moved").eval()
+            assert max_diff(moved, native, x) == 0.0
         t.save(tmp_path / "t.safetensors")
         view = canonicalise(adapter.to_canonical(model), arch)
         assert not view_diff(t.apply(view, arch), Transform.load(tmp_path / "t.safetensors").apply(view, arch),
                              atol=0.0)
 
-    def test_verify_cli_passes_on_the_saved_model(self, config, tmp_path):
+    def test_verify_cli_passes_on_a_saved_transformed_model(self, config, tmp_path):
+        # a transformed model (canonical form, moved by a random element) is a checkpoint like any other; the raw
+        # factory model's folding is verified in process by test_every_class_alone_and_composed_keeps_logits
         model, adapter, arch = self.parts(config)
-        save_model(model, tmp_path / "m")
+        moved = transform_model(model, random_full_transform(arch, torch.Generator().manual_seed(8)))
+        save_model(moved, tmp_path / "m")
         out = run_cli("verify", tmp_path / "m")  # fails the test unless it exits 0
         assert f"all {len(expected_checks(arch))} checks within 0.0001" in out, out
         assert f"{arch.family}, {arch.n_layer} layers, d_model {arch.d_model}, {arch.n_head} heads" in out, out

@@ -7,6 +7,8 @@ from factories import seeded, timm_vit
 
 class TestTimmViTConformance(AdapterConformance):
     family = "timm-vit"
+    declared_checks = {"canonical", "residual", "residual:permutation", "heads", "ov", "mlp", "mlp:zero-pad",
+                       "composed", "composed∘inverse"}  # qk and rectangular: all but qk_norm
     configs = {
         "token-gelu-d16h2": seeded(timm_vit),
         "avg-fcnorm-reg2-ls-relu-d24h3": seeded(timm_vit, in_chans=1, global_pool="avg", reg_tokens=2, init_values=0.1,
@@ -18,6 +20,7 @@ class TestTimmViTConformance(AdapterConformance):
                                                   pos_embed="none", in_chans=2, embed_dim=32, num_heads=4),
         "qknorm-ls-d32h4": seeded(timm_vit, qk_norm=True, embed_dim=32, num_heads=4, init_values=0.5),
     }
+    circuit_configs = {"token-gelu-d16h2"}  # class token, no registers, a position embedding, no qk_norm
 
     def test_configs_cover_bias_free_pooling_and_qk_norm(self):
         from glmc.adapters import adapter_for
@@ -29,3 +32,5 @@ class TestTimmViTConformance(AdapterConformance):
         qk = models["qknorm-ls-d32h4"]
         arch = adapter_for(qk).arch(qk)
         assert "qk" not in arch.groups and {"qk", "rectangular"} <= set(arch.unsupported)
+        others = [adapter_for(m).arch(m) for c, m in models.items() if c != "qknorm-ls-d32h4"]
+        assert all("qk" in a.groups and not a.unsupported for a in others)

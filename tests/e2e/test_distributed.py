@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc import distributed
 
 LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE") + distributed.WORLD_SIZE_ENV[1:] \

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.io import atomic_dir, check_not_input, lock_output, recover
 
 GLMC = Path(sys.executable).with_name("glmc")

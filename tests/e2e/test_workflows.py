@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import glmc
-from conftest import run_cli, tiny_gpt2
+from conftest import run_cli
+from factories import tiny_gpt2
 from glmc.models import load_model
 from glmc.paths.decompose import PartialInterpolation, canonical_views
 from glmc.symmetry.parts import ROLES, groupings, part_of

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.errors import UnsupportedModel
 from glmc.symmetry.declarations import NormSpec, standard_norms

@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import glmc.models.head_loss as head_loss
-from conftest import tiny_gpt2
-from factories import llama
+from factories import llama, tiny_gpt2
 from glmc.models.evaluate import loss_and_correct, training_loss
 from glmc.models.head_loss import linear_cross_entropy
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.matching.learned import Latents
 from glmc.symmetry.projections import hard_permutation, hungarian_ste, polar, sinkhorn

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from conftest import tiny_gpt2
-from factories import hf_vit, timm_vit
+from factories import hf_vit, timm_vit, tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.invariance import probe_inputs
 from glmc.matching.nullspace import fill, free_probes, has_freedom, moved_probes, residual_probe

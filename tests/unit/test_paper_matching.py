@@ -6,7 +6,8 @@ import json
 
 import torch
 
-from conftest import run_cli, tiny_gpt2
+from conftest import run_cli
+from factories import tiny_gpt2
 from glmc.matching.heads import head_factors
 from glmc.matching.paper import block_cross, circuit_distances, paper_weight_matching, table_cross
 from glmc.matching.residual_fit import solve_residual
@@ -116,7 +117,7 @@ def test_native_paper_algorithm_recovers_a_planted_symmetry_with_head_maps():
 
 
 def test_auto_algorithm_follows_the_family_declaration_mode_size_and_options(monkeypatch):
-    from conftest import tiny_gpt2 as gpt2
+    from factories import tiny_gpt2 as gpt2
     from glmc.matching import weight
 
     model = gpt2()

@@ -4,7 +4,7 @@ the consuming transform of `finish`, and the allocator hooks of glmc/memory.py."
 import pytest
 import torch
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.errors import BadOption
 from glmc.matching.common import move_consuming

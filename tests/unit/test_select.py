@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from conftest import run_cli, tiny_gpt2
+from conftest import run_cli
+from factories import tiny_gpt2
 from glmc.errors import BadOption
 from glmc.matching import weight
 from glmc.matching.select import CANDIDATES, candidate_transforms, midpoint_loss, parse_candidates, training_batches

@@ -1,11 +1,11 @@
-"""The core invariant on HF GPT-2: every symmetry transform keeps the function."""
-
-import itertools
+"""GPT-2 symmetry checks beyond the conformance suite (tests/conformance/adapter_suite.py): a three-layer model,
+the checker catching a wrong rule, negative controls, unit splitting, widening, transform files with a split,
+group elements on their own and a refusal by name."""
 
 import pytest
 import torch
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs, verify_model
 from glmc.symmetry import spec
@@ -13,16 +13,9 @@ from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.symmetry.transform import Transform
-from glmc.view.canonical import canonicalise, is_canonical
 from glmc.view.model_ops import canonical_model, logits, transform_model, widen_model
 from glmc.view.widen import residual_embedding
 
-CONFIGS = [  # (n_layer, n_embd, n_head, n_inner, activation, tied)
-    (1, 16, 2, None, "gelu_new", True),
-    (2, 32, 4, 48, "relu", False),
-    (3, 24, 3, 40, "gelu", True),
-    (2, 32, 8, None, "relu", True),
-]
 TOL = 1e-4
 
 
@@ -30,72 +23,14 @@ def _max_diff(a, b, x):
     return float((logits(a, x) - logits(b, x)).abs().max())
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"L{c[0]}d{c[1]}h{c[2]}-{c[4]}-{'tied' if c[5] else 'untied'}")
-def test_round_trip_is_bit_exact(cfg):
-    model = tiny_gpt2(*cfg)
-    adapter = adapter_for(model)
-    rebuilt = adapter.from_canonical(adapter.to_canonical(model), model)
-    a, b = model.state_dict(), rebuilt.state_dict()
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert rebuilt.config.tie_word_embeddings == cfg[5]
-
-
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"L{c[0]}d{c[1]}h{c[2]}-{c[4]}")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_every_class_alone_and_composed_keeps_logits(cfg, seed):
-    model = tiny_gpt2(*cfg, seed=seed)
+def test_every_class_keeps_the_logits_of_a_three_layer_model(seed):
+    """A middle layer (neither the first nor the last): the conformance configs stop at two layers."""
+    model = tiny_gpt2(3, 24, 3, None, "gelu", True, seed=seed)
     checks = verify_model(model, seed=seed)
-    names = {c.name for c in checks}
-    assert {"canonical", "residual", "residual:permutation", "heads", "qk", "ov", "mlp", "rectangular",
-            "composed"} <= names
-    assert ("mlp:semi-permutation" in names) == (cfg[4] == "relu")
+    assert {"canonical", "residual", "heads", "qk", "ov", "mlp", "rectangular", "composed"} <= {c.name for c in checks}
     for c in checks:
         assert c.max_dlogits <= TOL and c.dloss <= TOL, c
-
-
-def test_canonical_model_is_standard_and_canonical():
-    model = tiny_gpt2()
-    canon = canonical_model(model)
-    adapter = adapter_for(canon)
-    view = adapter.to_canonical(canon)
-    arch = adapter.arch(canon)
-    assert is_canonical(view, arch)
-    assert not is_canonical(adapter.to_canonical(model), arch)
-    # folding the final LayerNorm gain into the LM head unties it from the embedding
-    assert canon.config.tie_word_embeddings is False
-    assert all(torch.all(p == 1) for n, p in canon.named_parameters() if n.endswith(("ln_1.weight", "ln_2.weight")))
-
-
-def test_transformed_model_moves_weights_but_not_function():
-    model = canonical_model(tiny_gpt2())
-    t = random_full_transform(adapter_for(model).arch(model), torch.Generator().manual_seed(3))
-    moved = transform_model(model, t)
-    x = probe_inputs(model)
-    assert _max_diff(model, moved, x) <= TOL
-    w0 = model.transformer.h[0].attn.c_attn.weight
-    w1 = moved.transformer.h[0].attn.c_attn.weight
-    assert (w0 - w1).abs().max() > 0.1  # the symmetry really moved the weights
-
-
-def test_inverse_restores_weights():
-    model = canonical_model(tiny_gpt2())
-    t = random_full_transform(adapter_for(model).arch(model), torch.Generator().manual_seed(4))
-    back = transform_model(transform_model(model, t), t.inverse(adapter_for(model).arch(model)),
-                           canonicalise_first=False)
-    for (k, a), b in zip(model.state_dict().items(), back.state_dict().values()):
-        assert torch.allclose(a, b, atol=1e-4), k
-
-
-def test_composition_matches_sequential_application():
-    model = canonical_model(tiny_gpt2())
-    arch = adapter_for(model).arch(model)
-    gen = torch.Generator().manual_seed(5)
-    t1, t2 = random_full_transform(arch, gen), random_full_transform(arch, gen)
-    seq = transform_model(transform_model(model, t1), t2, canonicalise_first=False)
-    once = transform_model(model, t1.then(t2, arch), canonicalise_first=False)
-    for (k, a), b in zip(seq.state_dict().items(), once.state_dict().values()):
-        assert torch.allclose(a, b, atol=1e-4), k
 
 
 def test_wrong_transform_is_caught(monkeypatch):
@@ -143,18 +78,6 @@ def test_widened_model_is_a_valid_wider_checkpoint(tmp_path):
     assert _max_diff(model, again, probe_inputs(model)) <= TOL
 
 
-def test_saved_outputs_reload_with_from_pretrained(tmp_path):
-    from transformers import GPT2LMHeadModel
-
-    model = tiny_gpt2(tied=True)
-    moved = transform_model(model, random_full_transform(adapter_for(model).arch(model), torch.Generator()))
-    moved.save_pretrained(tmp_path)
-    again = GPT2LMHeadModel.from_pretrained(tmp_path).eval()
-    x = probe_inputs(model)
-    assert _max_diff(moved, again, x) == 0.0
-    assert _max_diff(model, again, x) <= TOL
-
-
 def test_transform_save_load_round_trip(tmp_path):
     model = tiny_gpt2(activation="relu")
     arch = adapter_for(model).arch(model)
@@ -193,21 +116,3 @@ def test_unsupported_variant_is_refused_by_name():
         adapter_for(torch.nn.Linear(2, 2))
 
 
-def test_canonicalise_does_not_modify_its_input():
-    model = tiny_gpt2()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    view = adapter_for(model).to_canonical(model)
-    snapshot = {k: v.clone() for k, v in view.items()}
-    canonicalise(view, adapter_for(model).arch(model))
-    transform_model(model, random_full_transform(adapter_for(model).arch(model), torch.Generator()))
-    assert all(torch.equal(view[k], snapshot[k]) for k in view)
-    assert all(torch.equal(model.state_dict()[k], before[k]) for k in before)
-
-
-@pytest.mark.parametrize("a,b", list(itertools.combinations(["heads", "qk", "ov", "mlp", "orthogonal"], 2)))
-def test_pairs_of_classes_compose(a, b):
-    model = canonical_model(tiny_gpt2(n_layer=1))
-    arch = adapter_for(model).arch(model)
-    gen = torch.Generator().manual_seed(7)
-    t = random_class_element(a, arch, gen).then(random_class_element(b, arch, gen), arch)
-    assert _max_diff(model, transform_model(model, t), probe_inputs(model)) <= TOL

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.symmetry.elements import DenseMap, IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.kinds import KINDS, ScaleRotation, kind

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import tiny_gpt2
+from factories import tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.matching import align
 from glmc.matching.heads import score_keys
