@@ -34,6 +34,19 @@ def text_corpus() -> Path:
     return _CORPUS["path"]
 
 
+MLM_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
+            "want of a wife.\nHowever little known the feelings or views of such a man may be on his first entering a "
+            "neighbourhood, this truth is so well fixed in the minds of the surrounding families.\n") * 40
+
+
+@pytest.fixture(scope="session")
+def mlm_text_file(tmp_path_factory):
+    """A small English text file for the masked-LM tests (tokenizers are trained on it)."""
+    path = tmp_path_factory.mktemp("mlm") / "austen.txt"
+    path.write_text(MLM_TEXT)
+    return path
+
+
 # fixtures that train models with `glmc train`: every test using one carries the slow marker
 TRAINING_FIXTURES = {"gpt2_pair", "vit_models"}
 

@@ -1,12 +1,10 @@
 """The paper's circuit form beyond the conformance suite (which checks its logits for every family): timm's
 average pooling, invariance to per-head maps, save/load, a refusal by name, CLI mode."""
 
-import json
 
 import pytest
 import torch
 
-from conftest import run_cli
 from factories import timm_vit, tiny_gpt2
 from glmc.adapters import adapter_for
 from glmc.invariance import probe_inputs
@@ -55,17 +53,3 @@ def test_refused_variant_is_named():
                              num_heads=4, reg_tokens=2)
     with pytest.raises(UnsupportedModel, match="register"):
         adapter_for(m).io_spec(m)
-
-
-def test_barrier_cli_in_circuit_mode(gpt2_pair, tmp_path):
-    run_cli("barrier", *gpt2_pair, "--align", "none,weight", "--mode", "circuit", "--points", 3, "--max-batches", 2,
-            "--json", tmp_path / "c.json", "--no-progress")
-    run_cli("barrier", *gpt2_pair, "--align", "none,weight", "--points", 3, "--max-batches", 2,
-            "--json", tmp_path / "n.json", "--no-progress")
-    circ = json.loads((tmp_path / "c.json").read_text())["results"]
-    nat = json.loads((tmp_path / "n.json").read_text())["results"]
-    assert circ["weight"]["parameters"] > nat["weight"]["parameters"]
-    # both forms compute the same endpoints
-    for m in ("none", "weight"):
-        assert circ[m]["loss_endpoints"] == pytest.approx(nat[m]["loss_endpoints"], abs=1e-4)
-    assert circ["weight"]["loss_barrier"] < circ["none"]["loss_barrier"]

@@ -1,10 +1,9 @@
 """Post-LN encoders (glmc/adapters/bert.py, docs/encoders.md): what survives norms on the stream and what does not,
-the masked-LM data, refusals, and aligned / merged encoders as standard Hugging Face masked LMs."""
+the masked-LM data and refusals (aligned / merged encoders through the CLI: tests/e2e/test_encoders_end_to_end.py)."""
 
 import pytest
 import torch
 
-from conftest import run_cli
 from factories import bert, roberta
 from glmc.adapters import UnsupportedModel, adapter_for
 from glmc.invariance import probe_inputs
@@ -14,10 +13,6 @@ from glmc.symmetry.kinds import kind
 from glmc.symmetry.transform import Transform
 from glmc.view.canonical import canonicalise
 from glmc.view.model_ops import logits
-
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
-        "of a wife.\nHowever little known the feelings or views of such a man may be on his first entering a "
-        "neighbourhood, this truth is so well fixed in the minds of the surrounding families.\n") * 40
 
 
 def moved(model, residual: torch.Tensor, bias_moves: bool = True):
@@ -118,19 +113,13 @@ def test_the_pooler_group_is_checked_on_the_next_sentence_logits():
 
 # ---------------------------------------------------------------------------------------------- masked-LM data
 
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("mlm") / "austen.txt"
-    path.write_text(TEXT)
-    return path
-
 
 @pytest.mark.parametrize("style,tokenizer", [("bert", "wordpiece:120"), ("roberta", "bpe:320")])
-def test_mlm_batches_mask_the_same_positions_every_time(text_file, style, tokenizer):
+def test_mlm_batches_mask_the_same_positions_every_time(mlm_text_file, style, tokenizer):
     import glmc.data
     from glmc.data.mlm import IGNORE_INDEX
 
-    ds = glmc.data.load({"task": "mlm", "source": f"text:{text_file}", "tokenizer": tokenizer, "context": 24,
+    ds = glmc.data.load({"task": "mlm", "source": f"text:{mlm_text_file}", "tokenizer": tokenizer, "context": 24,
                          "style": style, "split": {"train": 0.8, "val": 0.1, "test": 0.1}})
     assert ds.task == "mlm" and ds.pad_id == (0 if style == "bert" else 1)
     first = list(ds.batches("train", 8, shuffle=False))
@@ -160,13 +149,13 @@ def test_mlm_batches_mask_the_same_positions_every_time(text_file, style, tokeni
     assert not torch.equal(other["masked_targets"], first[0]["masked_targets"])
 
 
-def test_an_encoder_trains_on_its_blocks_and_reports_the_masked_loss(text_file):
+def test_an_encoder_trains_on_its_blocks_and_reports_the_masked_loss(mlm_text_file):
     import glmc.data
     from glmc.adapters import adapter_named
     from glmc.models.evaluate import evaluate
 
     for family, tokenizer in (("bert", "wordpiece:120"), ("roberta", "bpe:320")):
-        ds = glmc.data.load({"task": "mlm", "source": f"text:{text_file}", "tokenizer": tokenizer, "context": 24,
+        ds = glmc.data.load({"task": "mlm", "source": f"text:{mlm_text_file}", "tokenizer": tokenizer, "context": 24,
                              "style": family})
         adapter = adapter_named(family)
         torch.manual_seed(0)
@@ -176,34 +165,6 @@ def test_an_encoder_trains_on_its_blocks_and_reports_the_masked_loss(text_file):
         picked = sum(int((b["masked_targets"] != -100).sum()) for b in ds.batches("test", 4))
         assert result["n"] == picked and 3.0 < result["loss"] < 8.0
 
-
-# ---------------------------------------------------------------------------------------------- end to end
-
-def test_aligned_and_merged_encoders_load_as_masked_lms_and_fill_masks(text_file, tmp_path):
-    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
-
-    import glmc.data
-    from glmc.models import save_model
-
-    ds = glmc.data.load({"task": "mlm", "source": f"text:{text_file}", "tokenizer": "wordpiece:120", "context": 24})
-    from glmc.adapters import adapter_named
-
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        model = adapter_named("bert").build(**adapter_named("bert").data_shape(ds), layers=1, width=16, heads=2, mlp=24)
-        save_model(model, tmp_path / f"m{seed}", record={"family": "bert", "data": ds.spec}, tokenizer=ds.tokenizer)
-    run_cli("align", tmp_path / "m0", tmp_path / "m1", "--out", tmp_path / "aligned", "--no-progress")
-    run_cli("merge", tmp_path / "m0", tmp_path / "m1", "--out", tmp_path / "merged", "--no-progress")
-    original = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "m1")).eval()
-    for out in ("aligned", "merged"):
-        model = AutoModelForMaskedLM.from_pretrained(str(tmp_path / out)).eval()
-        tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / out))
-        assert type(model).__name__ == "BertForMaskedLM"
-        fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
-        guesses = fill(f"a single man in possession of a good {tokenizer.mask_token}.")
-        assert len(guesses) == 5 and all(isinstance(g["token_str"], str) for g in guesses)
-    aligned = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "aligned")).eval()
-    assert change(original, aligned) <= 1e-4
 
 
 # ---------------------------------------------------------------------------------------------- the new pieces
@@ -232,21 +193,3 @@ def test_sign_permutations_are_found_with_their_sign_and_gains_move_without_it()
     assert torch.allclose(out, gain @ p)
     out.sum().backward()
     assert z.grad is not None and bool((z.grad != 0).all())
-
-
-def test_a_text_source_on_the_command_line_is_read_as_the_encoders_blocks(text_file, tmp_path):
-    import glmc.data
-    from glmc.adapters import adapter_named
-    from glmc.models import save_model
-
-    ds = glmc.data.load({"task": "mlm", "source": f"text:{text_file}", "tokenizer": "wordpiece:120", "context": 24})
-    torch.manual_seed(0)
-    model = adapter_named("bert").build(**adapter_named("bert").data_shape(ds), layers=1, width=16, heads=2, mlp=24)
-    save_model(model, tmp_path / "m", tokenizer=ds.tokenizer)
-    out = run_cli("barrier", tmp_path / "m", tmp_path / "m", "--data", f"text:{text_file}", "--points", 2,
-                  "--json", tmp_path / "b.json", "--no-progress")
-    assert "none" in out
-    import json
-
-    spec = json.loads((tmp_path / "b.json").read_text())["data"]
-    assert spec["task"] == "mlm" and spec["context"] == 24 and spec["tokenizer"].startswith("pretrained:")

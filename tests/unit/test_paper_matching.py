@@ -2,11 +2,9 @@
 head cost against explicit circuits, its residual blocks at an exact solution, and the CLI's choice between it,
 glmc's alternation and the selection among candidates."""
 
-import json
 
 import torch
 
-from conftest import run_cli
 from factories import tiny_gpt2
 from glmc.matching.heads import head_factors
 from glmc.matching.paper import block_cross, circuit_distances, paper_weight_matching, table_cross
@@ -72,33 +70,6 @@ def test_seen_token_rows_are_the_only_embedding_rows_fitted():
     assert log[-1]["distance"] < 1e-8  # the planted element is found from the seen rows (and positions) too
 
 
-def test_align_cli_circuit_mode_runs_the_papers_algorithm(gpt2_pair, tmp_path):
-    a, b = gpt2_pair
-    run_cli("align", a, b, "--mode", "circuit", "--algorithm", "paper", "--out", tmp_path / "paper",
-            "--no-progress")
-    run_cli("align", a, b, "--mode", "circuit", "--algorithm", "glmc", "--out", tmp_path / "glmc",
-            "--no-progress")
-    paper = json.loads((tmp_path / "paper" / "align.json").read_text())
-    ours = json.loads((tmp_path / "glmc" / "align.json").read_text())
-    assert paper["algorithm"] == "paper" and "algorithm" not in ours
-    steps = [s for s in paper["iterations"] if isinstance(s["step"], int)]
-    assert len(steps) == 15  # the paper's fixed count: no early stop
-    assert paper["max_dlogits_b"] <= 1e-4 and paper["distance_after"] < paper["distance_before"]
-
-
-def test_align_cli_circuit_mode_with_data_chooses_among_candidates_in_circuit_form(gpt2_pair, tmp_path):
-    """By default (the models' data is recorded beside them) circuit mode scores every candidate's midpoint in
-    circuit form and keeps the lowest, the paper's alternation among them."""
-    a, b = gpt2_pair
-    run_cli("align", a, b, "--mode", "circuit", "--out", tmp_path / "sel", "--no-progress")
-    report = json.loads((tmp_path / "sel" / "align.json").read_text())
-    assert report["algorithm"] == "select" and report["mode"] == "circuit"
-    scored = report["select"]["candidates"]
-    assert "paper" in [c["name"] for c in scored]
-    assert report["chosen"] == min(scored, key=lambda c: c["midpoint_loss"])["name"]
-    assert report["max_dlogits_b"] <= 1e-4
-
-
 def test_native_paper_algorithm_recovers_a_planted_symmetry_with_head_maps():
     """algorithm="paper" in native mode: the paper's alternation, then per-head invertible maps given its
     permutations; from B = π(A) with every group of GPT-2 planted it lands on A's weights."""
@@ -117,11 +88,10 @@ def test_native_paper_algorithm_recovers_a_planted_symmetry_with_head_maps():
 
 
 def test_auto_algorithm_follows_the_family_declaration_mode_size_and_options(monkeypatch):
-    from factories import tiny_gpt2 as gpt2
+    from factories import hf_vit
     from glmc.matching import weight
 
-    model = gpt2()
-    vit = __import__("test_circuit")._vits()[0][1]
+    model, vit = tiny_gpt2(), hf_vit()
     assert weight.resolve_algorithm(model) == "paper"  # GPT-2 declares the paper's alternation
     assert weight.resolve_algorithm(vit) == "glmc"
     assert weight.resolve_algorithm(vit, mode="circuit") == "paper"

@@ -137,21 +137,6 @@ def test_released_file_pages_keep_a_modified_copy(tmp_path):
     assert big.view(-1)[0] == before.view(-1)[0] + 1.0
     assert torch.equal(big.view(-1)[1:], before.view(-1)[1:])
 
-def test_weight_merge_without_data_or_evaluation(tmp_path):
-    import json
-
-    from conftest import run_cli
-    from glmc.models import load_model, save_model
-
-    for s in (0, 1):
-        save_model(tiny_gpt2(seed=s), tmp_path / f"g{s}")  # no glmc.json: no data is known
-    out = run_cli("merge", tmp_path / "g0", tmp_path / "g1", "--out", tmp_path / "m", "--no-eval", "--rounds", "1",
-                  "--no-progress")
-    assert "not evaluated" in out
-    report = json.loads((tmp_path / "m" / "merge.json").read_text())
-    assert report["scores"] == {} and max(report["max_dlogits"]) <= 1e-4
-    load_model(tmp_path / "m")
-
 
 def test_parked_tensors_keep_their_values_and_live_in_a_file_mapping():
     from glmc.memory import park
