@@ -53,6 +53,20 @@ def gpt2(seed=0, **kw):
     return model.eval()
 
 
+def init_gpt2(vocab: int, seed=0, layers=1, width=32, heads=2, mlp=64, context=32, scale=1.0):
+    """A GPT-2 at transformers' initialisation (every parameter × `scale`), eval mode: the start of a run, for
+    tests of checkpoint files and data rather than of symmetries (those want tiny_gpt2's perturbed norms)."""
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=context, n_embd=width, n_layer=layers, n_head=heads,
+                                  n_inner=mlp, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    if scale != 1.0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(scale)
+    return model
+
+
 # ---------------------------------------------------------------------------------------------- RoPE decoders
 
 LLAMA_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -195,6 +209,15 @@ def timm_vit(seed=0, **kw):
     kwargs.update(kw)
     torch.manual_seed(seed)
     return perturb_vit(_timm_from_kwargs(kwargs), seed)
+
+
+def init_vit(seed=0, image=8, patch=4, channels=3, classes=3, layers=1, width=16, heads=2, mlp=32):
+    """A ViTForImageClassification at transformers' initialisation (eval mode), for file and data tests."""
+    torch.manual_seed(seed)
+    cfg = transformers.ViTConfig(image_size=image, patch_size=patch, num_channels=channels, num_labels=classes,
+                                 hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                                 intermediate_size=mlp)
+    return transformers.ViTForImageClassification(cfg).eval()
 
 
 # ---------------------------------------------------------------------------------------------- by family name

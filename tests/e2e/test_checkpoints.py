@@ -12,6 +12,7 @@ import torch
 
 import glmc
 from conftest import make_cache, run_cli
+from factories import init_gpt2
 
 ROOT = Path(__file__).resolve().parents[2]
 KEEP = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "glmc.json")
@@ -25,15 +26,7 @@ def _record(ds, shape) -> dict:
 def _gpt2(path: Path, ds, seed: int, dtype=torch.float32, **save):
     """A random 1-layer GPT-2 over `ds`'s character vocabulary, written by save_pretrained in `dtype`, with the
     tokenizer and a glmc.json (so commands find their data)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=ds.vocab_size, n_positions=32, n_embd=32, n_layer=1, n_head=2, n_inner=64,
-                     bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(2.0)
+    model = init_gpt2(ds.vocab_size, seed, scale=2.0)
     model.to(dtype).save_pretrained(path, **save)
     ds.tokenizer.save_pretrained(path)
     shape = dict(layers=1, width=32, heads=2, mlp=64, vocab_size=ds.vocab_size, context=32)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import glmc
 from conftest import run_cli
+from factories import init_gpt2, init_vit
 
 
 def _docs(n=120):
@@ -27,16 +27,11 @@ def _docs(n=120):
 
 @pytest.fixture(scope="module")
 def lm_pair(tmp_path_factory):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     root = tmp_path_factory.mktemp("table-models")
     ds = glmc.data.load("shakespeare", tokenizer="char", context=32)
     out = []
     for seed in (0, 1):
-        torch.manual_seed(seed)
-        cfg = GPT2Config(vocab_size=ds.vocab_size, n_positions=32, n_embd=32, n_layer=1, n_head=2, n_inner=64,
-                         bos_token_id=0, eos_token_id=0)
-        GPT2LMHeadModel(cfg).save_pretrained(root / f"m{seed}")
+        init_gpt2(ds.vocab_size, seed).save_pretrained(root / f"m{seed}")
         ds.tokenizer.save_pretrained(root / f"m{seed}")  # no glmc.json: the data must be given
         out.append(root / f"m{seed}")
     return out
@@ -157,7 +152,7 @@ def _png(pixels: np.ndarray) -> bytes:
 def test_image_tables_use_the_model_folders_preprocessor(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+    from transformers import ViTImageProcessor
 
     rng = np.random.default_rng(0)
     labels = [i % 3 for i in range(60)]
@@ -166,11 +161,8 @@ def test_image_tables_use_the_model_folders_preprocessor(tmp_path):
                    tmp_path / "digits.parquet")
     models = []
     for seed in (0, 1):
-        torch.manual_seed(seed)
-        cfg = ViTConfig(image_size=8, patch_size=4, num_channels=3, num_labels=3, hidden_size=16, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32)
         path = tmp_path / f"vit{seed}"
-        ViTForImageClassification(cfg).save_pretrained(path)
+        init_vit(seed).save_pretrained(path)
         ViTImageProcessor(size={"height": 8, "width": 8}, image_mean=[0.5, 0.4, 0.3],
                           image_std=[0.2, 0.2, 0.2]).save_pretrained(path)
         models.append(path)
