@@ -1,3 +1,7 @@
+"""Shared fixtures and helpers of every test layer (tests/unit, tests/conformance, tests/e2e, tests/meta; see
+docs/getting-started.md): the in-process CLI (`run_cli`), the session fixtures that train models with `glmc train`
+(a test using one is marked slow), a Hugging Face cache layout, text files. Model factories live in factories.py."""
+
 import logging
 import shutil
 from pathlib import Path
@@ -95,6 +99,20 @@ def vit_models(tmp_path_factory):
         run_cli("train", "vit", "--data", "digits", "--seed", seed, "--width", width, "--out", root / name, *TINY_VIT)
         out[name] = root / name
     return out
+
+
+SAVE_EVERY_RUN = ["--layers", 2, "--width", 32, "--heads", 4, "--mlp", 64, "--context", 32, "--steps", 6,
+                  "--eval-every", 3, "--batch-size", 8, "--save-every", 3, "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two tiny GPT-2 runs of `glmc train --save-every 3` (6 steps, a few seconds each; one pair per module)."""
+    root = tmp_path_factory.mktemp("runs")
+    for seed in (0, 1):
+        run_cli("train", "gpt2", "--data", "shakespeare", "--seed", seed, "--out", root / f"s{seed}",
+                *SAVE_EVERY_RUN)
+    return root / "s0", root / "s1"
 
 
 def make_cache(root: Path, repo: str, revisions: dict) -> Path:

@@ -8,7 +8,6 @@ import subprocess
 import pytest
 
 from conftest import run_cli
-from test_workflows import runs  # noqa: F401  (the fixture: two tiny `glmc train --save-every` runs)
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
@@ -22,7 +21,7 @@ def _browser():
 
 
 @pytest.fixture(scope="module")
-def report(runs, tmp_path_factory):  # noqa: F811
+def report(runs, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     run_cli("barrier", *runs, "--align", "none,weight", "--points", 3, "--max-batches", 2, "--batch-size", 8,
             "--decompose", "--decompose-points", 3, "--json", root / "b.json", "--no-progress")

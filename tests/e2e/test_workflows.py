@@ -13,9 +13,6 @@ from glmc.models import load_model
 from glmc.paths.decompose import PartialInterpolation, canonical_views
 from glmc.symmetry.parts import ROLES, groupings, part_of
 
-TRAIN = ["--layers", 2, "--width", 32, "--heads", 4, "--mlp", 64, "--context", 32, "--steps", 6, "--eval-every", 3,
-         "--batch-size", 8, "--save-every", 3, "--quiet"]
-
 
 def _tokens(n=3, batch=4, length=17, vocab=97, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -24,15 +21,6 @@ def _tokens(n=3, batch=4, length=17, vocab=97, seed=0):
 
 def _batches(n=3):
     return [{"input_ids": t[:, :-1], "targets": t[:, 1:]} for t in _tokens(n)]
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Two tiny GPT-2 runs of `glmc train --save-every 3` (6 steps, a few seconds each)."""
-    root = tmp_path_factory.mktemp("runs")
-    for seed in (0, 1):
-        run_cli("train", "gpt2", "--data", "shakespeare", "--seed", seed, "--out", root / f"s{seed}", *TRAIN)
-    return root / "s0", root / "s1"
 
 
 # ---------------------------------------------------------------------------------------------- parts
