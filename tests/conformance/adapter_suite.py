@@ -483,6 +483,24 @@ class AdapterConformance:
         for role in arch.unsupported:
             assert any(line.split()[:2] == [role, "skipped"] for line in out.splitlines()), out
 
+    def test_widening_keeps_the_logits_or_is_refused_with_the_declared_reason(self, config, tmp_path):
+        """A model embedded into twice its width (glmc/view/widen.py) is a checkpoint of the same family that
+        computes the same function; a family declaring the rectangular class unsupported refuses with its reason."""
+        from glmc.view.model_ops import widen_model
+
+        model, _, arch = self.parts(config)
+        if "rectangular" in arch.unsupported:
+            with pytest.raises(UnsupportedModel) as refused:
+                widen_model(model, 2 * arch.d_model)
+            assert arch.unsupported["rectangular"] in str(refused.value)
+            return
+        wide = widen_model(model, 2 * arch.d_model)
+        save_model(wide, tmp_path / "wide")
+        again, _ = load_model(tmp_path / "wide")
+        wide_arch = adapter_for(again).arch(again)
+        assert type(again) is type(model) and (wide_arch.d_model, wide_arch.n_layer) == (2 * arch.d_model, arch.n_layer)
+        assert max_diff(model, again, probe_inputs(model)) <= TOL
+
     def test_declarations_are_consistent(self, config):
         model, adapter, arch = self.parts(config)
         view = adapter.to_canonical(model)
