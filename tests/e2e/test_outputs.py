@@ -98,7 +98,10 @@ WRITER = textwrap.dedent("""
 
 
 def _start_writer(out: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], stdout=subprocess.PIPE, text=True, env=ENV)
+    # a suite started in the background (`pytest &`) ignores SIGINT and its children inherit that; Ctrl-C reaches
+    # a foreground process, so the writer starts with the default disposition (Python then raises KeyboardInterrupt)
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], stdout=subprocess.PIPE, text=True, env=ENV,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "writing"
     return proc
 
