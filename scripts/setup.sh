@@ -14,7 +14,7 @@ if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null &
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
     || echo "note: could not install dataset-fashion-mnist; fashion-mnist tests will be skipped"
 fi
-# Chromium (Debian's package) for the headless-browser test of `glmc report` (tests/test_report.py skips without it)
+# Chromium (Debian's package) for the headless-browser test of `glmc report` (tests/e2e/test_report.py skips without it)
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "note: could not install chromium; the report's browser test will be skipped"

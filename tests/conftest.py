@@ -1,9 +1,14 @@
+"""Shared fixtures and helpers of every test layer (tests/unit, tests/conformance, tests/e2e, tests/meta; see
+docs/getting-started.md): the in-process CLI (`run_cli`), the session fixtures that train models with `glmc train`
+(a test using one is marked slow), a Hugging Face cache layout, text files. Model factories live in factories.py."""
+
 import logging
 import shutil
 from pathlib import Path
 
 import pytest
-import torch
+
+from factories import tiny_gpt2  # noqa: F401  (re-exported: `from conftest import tiny_gpt2` keeps working)
 
 # transformers warns that GPT-2's default bos/eos ids lie outside tiny test vocabularies; harmless here.
 logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -33,24 +38,17 @@ def text_corpus() -> Path:
     return _CORPUS["path"]
 
 
-def tiny_gpt2(n_layer=2, n_embd=32, n_head=4, n_inner=None, activation="gelu_new", tied=True, vocab=97, seed=0,
-              perturb_norms=True):
-    """A random GPT-2 whose LayerNorms are not the identity (otherwise folding would go untested)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+MLM_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
+            "want of a wife.\nHowever little known the feelings or views of such a man may be on his first entering a "
+            "neighbourhood, this truth is so well fixed in the minds of the surrounding families.\n") * 40
 
-    torch.manual_seed(seed)
-    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_inner=n_inner, vocab_size=vocab,
-                     n_positions=64, activation_function=activation, tie_word_embeddings=tied,
-                     bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(cfg).eval()
-    if perturb_norms:
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if ".ln_" in name or "ln_f" in name:
-                    p.add_(torch.randn_like(p) * 0.3)
-                elif p.ndim == 2:
-                    p.mul_(3.0)  # larger weights: logits of a few units, so float32 error is realistic
-    return model
+
+@pytest.fixture(scope="session")
+def mlm_text_file(tmp_path_factory):
+    """A small English text file for the masked-LM tests (tokenizers are trained on it)."""
+    path = tmp_path_factory.mktemp("mlm") / "austen.txt"
+    path.write_text(MLM_TEXT)
+    return path
 
 
 # fixtures that train models with `glmc train`: every test using one carries the slow marker
@@ -101,6 +99,20 @@ def vit_models(tmp_path_factory):
         run_cli("train", "vit", "--data", "digits", "--seed", seed, "--width", width, "--out", root / name, *TINY_VIT)
         out[name] = root / name
     return out
+
+
+SAVE_EVERY_RUN = ["--layers", 2, "--width", 32, "--heads", 4, "--mlp", 64, "--context", 32, "--steps", 6,
+                  "--eval-every", 3, "--batch-size", 8, "--save-every", 3, "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two tiny GPT-2 runs of `glmc train --save-every 3` (6 steps, a few seconds each; one pair per module)."""
+    root = tmp_path_factory.mktemp("runs")
+    for seed in (0, 1):
+        run_cli("train", "gpt2", "--data", "shakespeare", "--seed", seed, "--out", root / f"s{seed}",
+                *SAVE_EVERY_RUN)
+    return root / "s0", root / "s1"
 
 
 def make_cache(root: Path, repo: str, revisions: dict) -> Path:

@@ -127,7 +127,7 @@ class Adapter:
     input_key: str = ""  # the glmc.data batch key the model reads ("input_ids" | "pixel_values")
     names: NameMap | None = None  # native ⇄ canonical, read both ways by to_canonical and native_state
     # the native model classes and config model_type values this adapter serves (or refuses by name); with the
-    # native names in `names`, no module outside adapters/ may name them (tests/test_layering.py)
+    # native names in `names`, no module outside adapters/ may name them (tests/meta/test_layering.py)
     native_classes: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()
     label: str = ""  # the family's name for people ("GPT-2"), for error messages

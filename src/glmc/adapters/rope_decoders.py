@@ -51,7 +51,7 @@ class RoPEDecoderAdapter(LlamaAdapter):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        # what tests/test_layering.py keeps out of core code: the classes served and refused, their model types
+        # what tests/meta/test_layering.py keeps out of core code: the classes served and refused, their model types
         cls.native_classes = tuple(cls.classes.values()) + tuple(cls.refused)
         cls.model_types = tuple(cls.classes)
 
