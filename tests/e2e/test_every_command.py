@@ -67,7 +67,7 @@ def test_every_family_here_is_registered():
 @pytest.mark.parametrize("method", METHODS)
 def test_align_with_each_method(family, method, tmp_path):
     name, root = family
-    extra = LEARNED if method.startswith("learned") else ["--batches", 2] if method == "activation" else []
+    extra = LEARNED if method.startswith("learned") else ["--train-batches", 2] if method == "activation" else []
     run_cli("align", root / "s0", root / "s1", "--method", method, "--out", tmp_path / "al", "--no-progress",
             *extra)
     report = json.loads((tmp_path / "al" / "align.json").read_text())
