@@ -276,3 +276,15 @@ def test_old_flags_still_parse(tmp_path):
 def test_the_classes_import_without_torch():
     code = "import sys, glmc; glmc.WeightOptions(); glmc.MergeOptions; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_method_options_pass_the_data_to_the_methods_that_take_it():
+    from glmc.matching import method_options
+
+    shared = {"data": object(), "steps": 5, "train_batches": 2, "iterations": 3}
+    assert set(method_options("learned", shared)) == {"data", "steps", "iterations"}
+    assert set(method_options("activation", shared)) == {"data", "train_batches"}
+    assert set(method_options("weight", shared)) == {"data", "iterations"}  # it selects among alternations with data
+    assert set(method_options("none", shared)) == set()
+    with pytest.raises(TypeError, match="unknown alignment option"):
+        method_options("weight", {"dataa": 1})

@@ -48,12 +48,14 @@ def _method_function(method: str):
 def method_options(method: str, options: dict) -> dict:
     """The subset of `options` (one set shared by several methods, as the CLI has) that `method` takes (the
     fields of its options class, glmc/options.py, and their old names); an option no method takes is refused."""
-    _method_function(method)  # an unknown method is refused by name
-    known = {k for cls in ALIGN_CLASSES for k in _names(cls)} | set(PAIR_OPTIONS)
+    func = _method_function(method)  # an unknown method is refused by name
+    known = {k for cls in ALIGN_CLASSES for k in _names(cls)} | set(PAIR_OPTIONS) | {"data"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"unknown alignment option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     take = set(_names(METHOD_OPTIONS[method])) if method in METHOD_OPTIONS else set()
+    # the data a method trains on (or selects with) is not an option of its class, but goes where it is taken
+    take |= {"data"} & set(_accepted(func) if func is not None else ())
     return {k: v for k, v in options.items() if k in take or k in PAIR_OPTIONS}
 
 
