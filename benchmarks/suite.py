@@ -408,6 +408,8 @@ def main(argv=None):
 
 
 def _value(v: str):
+    if v in ("True", "False"):
+        return v == "True"
     for cast in (int, float):
         try:
             return cast(v)
