@@ -218,3 +218,21 @@ def test_grouped_permutations_stay_inside_their_blocks():
     assert torch.equal(k.element(k.project(z, hard=True)).src, e.src)
     with pytest.raises(ValueError, match="block count"):
         k.latent(e)
+
+
+def test_sign_permutation_offers_the_nearest_element_of_each_sign():
+    from glmc.symmetry.kinds import kind
+
+    n = 6
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    planted, other = torch.zeros(n, n, dtype=torch.float64), torch.zeros(n, n, dtype=torch.float64)
+    planted[perm, torch.arange(n)] = 1.0
+    other[perm.roll(1), torch.arange(n)] = 1.0  # no entry in common with `planted`
+    moments = -2.0 * planted + other  # best element −planted (score 2n); best with sign + is other (score n)
+    k = kind("sign-permutation")
+    assert torch.equal(k.nearest(moments).matrix, -planted)
+    plus, minus = k.nearest_per_sign(moments)
+    assert torch.equal(plus.matrix, other) and torch.equal(minus.matrix, -planted)
+    orthogonal = kind("orthogonal")  # no discrete sign: one element
+    (only,) = orthogonal.nearest_per_sign(moments)
+    assert torch.equal(only.matrix, orthogonal.nearest(moments).matrix)

@@ -4,7 +4,11 @@ Both models are canonicalised, run on the same training batches, and matched by 
   residual   one global map from the residual stream after every block: a permutation on the summed
              correlations (the baseline's), or, with `residual` naming the model's residual group, its nearest
              element to the summed cross second moments E[x_B x_Aᵀ] (each block's scaled to unit weight): the
-             orthogonal map that best carries B's stream onto A's in least squares (DEFAULT_RESIDUAL);
+             orthogonal map that best carries B's stream onto A's in least squares (DEFAULT_RESIDUAL); a
+             discrete global sign (±P after post-LN) is not decided by the moments (the LayerNorm biases' means
+             dominate them, and the sign they gave was wrong on a trained pair, docs/encoders.md): the nearest
+             element of each sign is formed and the one that brings B's weights closer to A's is kept (exact
+             for a planted symmetry, and on trained pairs the sign their path midpoints prefer too);
   heads      per layer, heads by linear assignment on the best within-head matching of per-head outputs
              (the value side, z_h = softmax(·)·V_h), and the dimensions inside each head by that matching
              (an OV map that is a permutation); under grouped-query attention, key/value groups and the query
@@ -23,9 +27,10 @@ from glmc.errors import BadOption, UnsupportedModel
 from glmc.matching.assignments import assignment, grouped_assignment
 from glmc.matching.common import canonical_pair, finish, model_device
 from glmc.matching.nullspace import free_probes
-from glmc.matching.residual_fit import residual_kind, solve_residual
+from glmc.matching.residual_fit import residual_kind, streamed_distance
 from glmc.options import ActivationOptions
 from glmc.symmetry.elements import IndexMap, LinearMap
+from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
 from glmc.symmetry.transform import Transform
 
@@ -145,11 +150,7 @@ def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions
     train = list(tqdm(data.batches("train", train_batch_size, max_batches=train_batches, seed=0, shuffle=False),
                       desc="activations", disable=not progress, leave=False, total=train_batches))
     corr = correlations(adapter, canon_a, canon_b, train)
-    if res_kind == "permutation":
-        res = assignment(sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer)))
-    else:
-        res = solve_residual(sum(corr[f"blocks.{i}"].cross_moment() for i in range(arch.n_layer)), res_kind)
-    t = Transform({"residual": res})
+    inner = Transform()
     for i in range(arch.n_layer):
         out = corr[f"blocks.{i}.attn.o"].value()
         if "heads" in arch.groups:
@@ -159,8 +160,22 @@ def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions
             kv, query, ov = match_grouped_heads_by_outputs(out, arch.n_head, arch.groups["kv_heads"].size)
             found = {"kv_heads": kv, "query_heads": query, "ov": ov}
         found["mlp"] = assignment(corr[f"blocks.{i}.mlp.out"].value())
-        t.elements.update({group_name(role, i): e for role, e in found.items() if role in arch.groups})
+        inner.elements.update({group_name(role, i): e for role, e in found.items() if role in arch.groups})
+    if res_kind == "permutation":
+        candidates = [assignment(sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer)))]
+    else:
+        moments = sum(corr[f"blocks.{i}"].cross_moment() for i in range(arch.n_layer))
+        candidates = kind(res_kind).nearest_per_sign(moments)
+    transforms = [Transform({"residual": res, **inner.elements}) for res in candidates]
+    signs = None
+    if len(transforms) > 1:  # a global sign (±P after post-LN): decided by the weights, not the moments
+        distances = [streamed_distance(view_a, view_b, t.elements, arch) for t in transforms]
+        signs = {"weight_distance": dict(zip(("+", "-"), distances))}
+        transforms = [transforms[min(range(len(distances)), key=distances.__getitem__)]]
+    t = transforms[0]
     report = {"method": "activation", "batches": len(train), "residual": res_kind, "transform": t.describe()}
+    if signs:
+        report["global_sign"] = signs
     probes = free_probes(view_b, arch.n_layer) if fill else None
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)
 

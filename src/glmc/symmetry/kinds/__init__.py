@@ -8,6 +8,7 @@ that needs to know the group asks the kind, never a group's or a kind's name:
   identity(n, batch)         the neutral element
   nearest(m)                 the element E maximising ⟨E, M⟩ for a cross-correlation M whose rows index the
                              old coordinates and columns the new ones (x ↦ x·E): weight and activation matching
+  nearest_per_sign(m)        the same for each of a kind's discrete global signs (±P: two elements), else [nearest]
   head_similarity(xa, ya, xb, yb)   [H_a, H_b]: how alike two heads' circuits X_hᵀ·Y_h are, blind to this kind's
                              maps (weight matching's head assignment; glmc/symmetry/solvers.py)
   head_problem(xa, xb, ya, yb) / solve_head_problems(problems)   per-head maps C of this kind with C·X_B ≈ X_A and

@@ -73,6 +73,11 @@ class Kind:
     def nearest(self, m):
         self._missing("closed-form nearest element")
 
+    def nearest_per_sign(self, m) -> list:
+        """For a kind with a discrete global sign (±P), the element nearest to M for each sign; for the others
+        [nearest(m)]. Moments rarely decide such a sign well (docs/encoders.md), so the caller chooses."""
+        return [self.nearest(m)]
+
     # --- per-head maps (weight matching) --------------------------------------------------------------------
 
     def head_similarity(self, x_a, y_a, x_b, y_b) -> torch.Tensor:

@@ -27,13 +27,25 @@ class SignPermutation(SignedPermutation):
 
     def _hard(self, z):
         """σ·P maximising ⟨σP, Z⟩: the better of the assignments on Z and on −Z."""
+        return self._signed(z, self._sign(z))
+
+    def nearest_per_sign(self, m):
+        """[+P, −P′]: for each global sign the permutation maximising ⟨σP, M⟩."""
+        m = m.double()
+        return [LinearMap(self._signed(m, sign)) for sign in (1.0, -1.0)]
+
+    @staticmethod
+    def _sign(z) -> float:
         cols = torch.arange(z.shape[1], device=z.device)
-        best, best_score = None, None
+        scores = {}
         for sign in (1.0, -1.0):
             src = assignment_src(sign * z).to(z.device)
-            score = float(sign * z.detach()[src, cols].sum())
-            if best_score is None or score > best_score:
-                best, best_score = (src, sign), score
+            scores[sign] = float(sign * z.detach()[src, cols].sum())
+        return max(scores, key=lambda s: (scores[s], s))
+
+    @staticmethod
+    def _signed(z, sign: float):
+        cols = torch.arange(z.shape[1], device=z.device)
         m = torch.zeros_like(z)
-        m[best[0], cols] = best[1]
+        m[assignment_src(sign * z).to(z.device), cols] = sign
         return m
