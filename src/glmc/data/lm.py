@@ -20,8 +20,9 @@ from .tokenizer import build_tokenizer, encode, load_tokenizer
 SPLITS = ("train", "val", "test")
 
 
-class LMDataset:
-    task = "lm"
+class TokenSplits:
+    """A text data set's token stream per split (1-D int64), its tokenizer and its spec; what the causal and the
+    masked LM data sets share (they cut the streams into examples differently)."""
 
     def __init__(self, spec: dict, tokenizer, tokens: dict):
         self.spec = spec
@@ -40,6 +41,10 @@ class LMDataset:
         if split not in self.tokens:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
         return self.tokens[split]
+
+
+class LMDataset(TokenSplits):
+    task = "lm"
 
     def num_batches(self, split: str, batch_size: int, *, shuffle=None) -> int:
         n, t = self.num_tokens(split), self.context

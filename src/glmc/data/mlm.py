@@ -23,10 +23,9 @@ Saved with the model (save_pretrained), they add the boundary tokens themselves,
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from .lm import SPLITS, read_pieces
+from .lm import SPLITS, TokenSplits, read_pieces
 from .tokenizer import _chunks, encode, load_tokenizer
 
 MASK_RATE, MASK_TOKEN, RANDOM_TOKEN = 0.15, 0.8, 0.1  # chosen share; of those: [MASK], random (the rest stay)
@@ -90,13 +89,11 @@ def build_tokenizer(kind: str, train_text: str):
     return (wordpiece_tokenizer if name == "wordpiece" else roberta_bpe_tokenizer)(int(n), train_text)
 
 
-class MLMDataset:
+class MLMDataset(TokenSplits):
     task = "mlm"
 
     def __init__(self, spec: dict, tokenizer, tokens: dict):
-        self.spec, self.tokenizer = spec, tokenizer
-        self.context = spec["context"]
-        self.tokens = {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in tokens.items()}
+        super().__init__(spec, tokenizer, tokens)
         ids = {name: tokenizer.convert_tokens_to_ids(getattr(tokenizer, f"{name}_token") or "")
                for name in ("cls", "sep", "pad", "mask")}
         missing = [n for n, i in ids.items() if i is None or getattr(tokenizer, f"{n}_token") is None]
@@ -106,18 +103,6 @@ class MLMDataset:
         self.cls_id, self.sep_id, self.pad_id, self.mask_id = ids["cls"], ids["sep"], ids["pad"], ids["mask"]
         self.special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
         self._blocks: dict = {}
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.tokenizer)
-
-    def num_tokens(self, split: str) -> int:
-        return len(self._stream(split))
-
-    def _stream(self, split: str) -> torch.Tensor:
-        if split not in self.tokens:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
-        return self.tokens[split]
 
     def blocks(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(input ids, attention mask) [N, context] of every block of `split`, unmasked."""
