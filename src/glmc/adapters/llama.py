@@ -94,6 +94,8 @@ class LlamaAdapter(RotaryLM, Adapter):
     task = "lm"
     input_key = "input_ids"
     names = NAMES
+    classes: dict[str, str] = CLASSES  # model_type -> the transformers class served
+    refused: dict[str, str] = REFUSED  # class name -> why it is refused by name
     native_classes = tuple(CLASSES.values()) + tuple(REFUSED)
     model_types = tuple(CLASSES)
     label = "Llama-family (Llama, Mistral, Qwen2)"
@@ -112,37 +114,40 @@ class LlamaAdapter(RotaryLM, Adapter):
                     "the wide one's head size can be aligned to it (narrow → wide).", minimum=2),
         TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: untied].", off="untied"))
 
-    @staticmethod
-    def matches(model) -> bool:
-        return type(model).__name__ in set(CLASSES.values()) | set(REFUSED)
+    @classmethod
+    def matches(cls, model) -> bool:
+        return type(model).__name__ in set(cls.classes.values()) | set(cls.refused)
 
     @classmethod
     def claims_dir(cls, path) -> bool:
         config = hf_config(path)
-        return config is not None and config.get("model_type") in CLASSES
+        return config is not None and config.get("model_type") in cls.classes
 
     def _class_name(self, path) -> str:
-        return CLASSES[hf_config(path)["model_type"]]
+        return self.classes[hf_config(path)["model_type"]]
 
     def expected_weights(self, path):
         return hf_expected_weights(path, self._class_name(path), self.label)
 
     def check_supported(self, model) -> None:
         name, c = type(model).__name__, model.config
-        if name in REFUSED:
-            raise UnsupportedModel(f"{name}: {REFUSED[name]}")
+        if name in self.refused:
+            raise UnsupportedModel(f"{name}: {self.refused[name]}")
         if c.hidden_act not in ELEMENTWISE:
             raise UnsupportedModel(f"MLP activation {c.hidden_act!r} is not a known elementwise function, so unit "
                                    "permutations may not preserve the function")
-        if _model_type(model) != "qwen2" and getattr(c, "attention_bias", False):
-            raise UnsupportedModel("attention_bias=True (biases on q/k/v and o_proj): not supported; only Qwen2's "
-                                   "q/k/v biases are")
+        self._check_attention_bias(model)
         rope = getattr(c, "rope_parameters", None) or {}
         if float(rope.get("partial_rotary_factor", getattr(c, "partial_rotary_factor", 1.0)) or 1.0) != 1.0:
             raise UnsupportedModel("partial rotary embeddings (partial_rotary_factor < 1): the QK maps would have "
                                    "to split into rotated and free head dimensions; not supported")
         if self._d_head(model) % 2:
             raise UnsupportedModel(f"odd head size {self._d_head(model)}: RoPE needs coordinate pairs")
+
+    def _check_attention_bias(self, model) -> None:
+        if _model_type(model) != "qwen2" and getattr(model.config, "attention_bias", False):
+            raise UnsupportedModel("attention_bias=True (biases on q/k/v and o_proj): not supported; only Qwen2's "
+                                   "q/k/v biases are")
 
     @staticmethod
     def _d_head(model) -> int:

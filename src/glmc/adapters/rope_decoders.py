@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import transformers
 
-from glmc.adapters.base import LM_OPTIONS, Arch, TrainOption, UnsupportedModel
-from glmc.adapters.common import ELEMENTWISE, hf_config
+from glmc.adapters.base import LM_OPTIONS, Arch, TrainOption
 from glmc.adapters.llama import NAMES as LLAMA_NAMES
 from glmc.adapters.llama import LlamaAdapter, llama_groups
 from glmc.adapters.namemap import Entry, NameMap
@@ -55,31 +54,9 @@ class RoPEDecoderAdapter(LlamaAdapter):
         cls.native_classes = tuple(cls.classes.values()) + tuple(cls.refused)
         cls.model_types = tuple(cls.classes)
 
-    @classmethod
-    def matches(cls, model) -> bool:
-        return type(model).__name__ in set(cls.classes.values()) | set(cls.refused)
-
-    @classmethod
-    def claims_dir(cls, path) -> bool:
-        config = hf_config(path)
-        return config is not None and config.get("model_type") in cls.classes
-
-    def _class_name(self, path) -> str:
-        return self.classes[hf_config(path)["model_type"]]
-
-    def check_supported(self, model) -> None:
-        name, c = type(model).__name__, model.config
-        if name in self.refused:
-            raise UnsupportedModel(f"{name}: {self.refused[name]}")
-        if c.hidden_act not in ELEMENTWISE:
-            raise UnsupportedModel(f"MLP activation {c.hidden_act!r} is not a known elementwise function, so unit "
-                                   "permutations may not preserve the function")
-        rope = getattr(c, "rope_parameters", None) or {}
-        if float(rope.get("partial_rotary_factor", getattr(c, "partial_rotary_factor", 1.0)) or 1.0) != 1.0:
-            raise UnsupportedModel("partial rotary embeddings (partial_rotary_factor < 1): the QK maps would have "
-                                   "to split into rotated and free head dimensions; not supported")
-        if self._d_head(model) % 2:
-            raise UnsupportedModel(f"odd head size {self._d_head(model)}: RoPE needs coordinate pairs")
+    def _check_attention_bias(self, model) -> None:
+        """Llama and Mistral's rule (only Qwen2's q/k/v biases are served) is theirs; these families were never
+        refused on `attention_bias` here."""
 
     def groups(self, model) -> dict:
         """The family's groups (default: Llama's)."""
