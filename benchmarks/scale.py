@@ -123,6 +123,21 @@ def describe(args) -> str:
     return f"GPT-2 {args.layers}×{args.width}, {args.heads} heads, vocab {args.vocab}, untied"
 
 
+def measured_align(a: Path, b: Path, cache: Path, device: str) -> tuple[float, float, dict, list]:
+    """`glmc align A B --method weight` in a child process: (wall seconds, peak RSS GB, its align.json, the
+    report's numbered iterations)."""
+    aligned = cache / f"{b.name}-to-seed0"
+    glmc = str(Path(sys.executable).with_name("glmc"))
+    cmd = [glmc, "align", str(a), str(b), "--method", "weight", "--out", str(aligned), "--overwrite",
+           "--no-progress", "--device", device]
+    print("+", " ".join(cmd), flush=True)
+    wall, peak, code, _ = run_measured(cmd)
+    if code:
+        raise SystemExit(f"glmc align failed with exit status {code}")
+    report = json.loads((aligned / "align.json").read_text())
+    return wall, peak, report, [r for r in report["iterations"] if isinstance(r["step"], int)]
+
+
 def main(argv=None) -> None:
     ap = shape_parser(__doc__)
     ap.add_argument("--merge", action="store_true", help="Also merge the pair (glmc merge --method weight).")
@@ -130,16 +145,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     a, b = build_pair(args.cache, **shape_of(args))
     params = parameter_count(a)
-    aligned = args.cache / f"{b.name}-to-seed0"
-    glmc = str(Path(sys.executable).with_name("glmc"))
-    cmd = [glmc, "align", str(a), str(b), "--method", "weight", "--out", str(aligned), "--overwrite",
-           "--no-progress", "--device", args.device]
-    print("+", " ".join(cmd), flush=True)
-    wall, peak, code, _ = run_measured(cmd)
-    if code:
-        raise SystemExit(f"glmc align failed with exit status {code}")
-    report = json.loads((aligned / "align.json").read_text())
-    its = [r for r in report["iterations"] if isinstance(r["step"], int)]
+    wall, peak, report, its = measured_align(a, b, args.cache, args.device)
     row = {"model": describe(args), "parameters": params, "checkpoint_gb": params * 4 / 1e9, "device": args.device,
            "wall_seconds": wall, "align_seconds": report["seconds"], "peak_rss_gb": peak,
            "iterations": len(its), "seconds_per_iteration": sum(r["inner_seconds"] + r["residual_seconds"]
@@ -155,6 +161,7 @@ def main(argv=None) -> None:
     if args.merge:
         # a two-model merge: B aligned to A (one universe round) and averaged, at the align command's budget
         merged = args.cache / f"{a.name}-merged"
+        glmc = str(Path(sys.executable).with_name("glmc"))
         cmd = [glmc, "merge", str(a), str(b), "--method", "weight", "--out", str(merged), "--overwrite",
                "--no-progress", "--device", args.device, "--no-eval", "--rounds", "1",
                "--iterations", str(len(its))]

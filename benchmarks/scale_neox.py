@@ -14,12 +14,11 @@ Run it alone: two torch processes on 2 cores slow each other 7–12×.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import parameter_count, run_measured, write_report  # noqa: E402
+from scale import measured_align, parameter_count, write_report  # noqa: E402
 
 # (layers, width, heads, MLP, vocabulary) of the released Pythia configs; rotary_pct 0.25, parallel residual, untied
 PYTHIA = {"160m": (12, 768, 12, 3072, 50304), "410m": (24, 1024, 16, 4096, 50304)}
@@ -47,16 +46,7 @@ def build_pair(cache: Path, size: str) -> list[Path]:
 
 def measure(size: str, cache: Path, device: str) -> dict:
     a, b = build_pair(cache, size)
-    aligned = cache / f"{b.name}-to-seed0"
-    glmc = str(Path(sys.executable).with_name("glmc"))
-    cmd = [glmc, "align", str(a), str(b), "--method", "weight", "--out", str(aligned), "--overwrite",
-           "--no-progress", "--device", device]
-    print("+", " ".join(cmd), flush=True)
-    wall, peak, code, _ = run_measured(cmd)
-    if code:
-        raise SystemExit(f"glmc align failed with exit status {code}")
-    report = json.loads((aligned / "align.json").read_text())
-    its = [r for r in report["iterations"] if isinstance(r["step"], int)]
+    wall, peak, report, its = measured_align(a, b, cache, device)
     params = parameter_count(a)
     return {"model": f"Pythia-{size} shape", "parameters": params, "inputs_gb": 2 * params * 4 / 1e9,
             "device": device, "wall_seconds": wall, "align_seconds": report["seconds"], "peak_rss_gb": peak,
