@@ -205,41 +205,46 @@ def split_of(pair: Pair, split: str) -> str:
     return ("val" if pair.role == "tune" else "test") if split == "auto" else split
 
 
-def run_method(pair: Pair, method: str, split: str, models, ds, batches, options: dict) -> dict:
+def run_method(pair: Pair, method: str, split: str, models, ds, batches, options: dict, paths=()) -> dict:
     import torch
 
     from glmc.matching import align, method_options
+    from glmc.provenance import full_options, provenance
 
     name, mode, extra = VARIANTS.get(method, (method, "native", {}))
     torch.manual_seed(0)
+    resolved = method_options(name, dict(data=ds, progress=False, mode=mode, **extra, **options))
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        al = align(*models, name, **method_options(name, dict(data=ds, progress=False, mode=mode, **extra,
-                                                              **options)))
+        al = align(*models, name, **resolved)
         seconds = time.perf_counter() - t0
-    _, m, _ = aligned_barrier(al, mode, batches, ds.task)
+    curve, m, _ = aligned_barrier(al, mode, batches, ds.task)
     rep = al.report
     return {"pair": pair.name, "family": pair.family, "role": pair.role, "split": split, "method": method,
-            "barrier": m["loss_barrier"], "loss_endpoints": m["loss_endpoints"], "acc_drop": m.get("acc_drop"),
+            "barrier": m["loss_barrier"], "barrier_se": m.get("loss_barrier_se"),
+            "loss_endpoints": m["loss_endpoints"], "acc_drop": m.get("acc_drop"), "acc_drop_se": m.get("acc_drop_se"),
+            "curve": {"lambdas": curve["lambdas"], "loss": curve["loss"], "acc": curve["acc"],
+                      "loss_se": m.get("loss_se"), "acc_se": m.get("acc_se")},
             "align_s": seconds, "peak_rss_mb": mem.peak, "steps": rep.get("steps"),
             "seconds_per_step": rep.get("seconds_per_step"),
             "max_dlogits": rep.get("max_dlogits_b"), "chosen": rep.get("chosen"), "options": options,
-            "commit": _commit()}
+            "provenance": provenance(options=full_options(name, {"mode": mode, **resolved}), seeds=[0],
+                                     data={"spec": ds.spec, "batches": batches}, models=paths, device="cpu")}
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        return ""
+def same_code(row: dict, code: dict | None) -> bool:
+    """A cached row is reused only when this very code computed it: the same commit, both trees clean."""
+    theirs = (row.get("provenance") or {}).get("code")
+    return bool(code and theirs and theirs.get("commit") == code["commit"] and not theirs.get("dirty")
+                and not code["dirty"])
 
 
 def run_pair(pair: Pair, methods, split: str, cache: Path, max_batches: int, fresh: bool, options: dict,
-             tag: str) -> list[dict]:
+             tag: str, reuse_any: bool = False) -> list[dict]:
     import glmc.data
     from glmc.errors import UnsupportedModel
     from glmc.models import load_model
+    from glmc.provenance import code_state
 
     split = split_of(pair, split)
     paths = train_pair(pair, cache)
@@ -250,15 +255,18 @@ def run_pair(pair: Pair, methods, split: str, cache: Path, max_batches: int, fre
         tagged = tag and method != "none"  # the vanilla barrier takes no option: one file serves every tag
         f = store / f"{method}{'-' + tag if tagged else ''}-{split}.json"
         if f.is_file() and not fresh:
-            rows.append(json.loads(f.read_text()))
-            continue
+            cached = json.loads(f.read_text())
+            if reuse_any or same_code(cached, code_state()):
+                rows.append(cached)
+                continue
+            print(f"{pair.name} {method}: cached by other code, recomputed (--reuse-any keeps it)", flush=True)
         if loaded is None:
             models = [load_model(p)[0] for p in paths]
             ds = glmc.data.load_for_model(paths[0])
             batches = list(ds.batches(split, 32, max_batches=max_batches, shuffle=False))
             loaded = models, ds, batches
         try:
-            row = run_method(pair, method, split, *loaded, options if method != "none" else {})
+            row = run_method(pair, method, split, *loaded, options if method != "none" else {}, paths=paths)
         except UnsupportedModel as e:  # e.g. circuit mode under RoPE: the family refuses it by name
             print(f"{pair.name} {method}: refused ({e})", flush=True)
             continue
@@ -267,12 +275,19 @@ def run_pair(pair: Pair, methods, split: str, cache: Path, max_batches: int, fre
         tmp.write_text(json.dumps(row, indent=1))
         tmp.replace(f)
         print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
-                          if k not in ("commit", "options")}), flush=True)
+                          if k not in ("provenance", "options", "curve")}), flush=True)
         rows.append(row)
     vanilla = next((r["barrier"] for r in rows if r["method"] == "none"), None)
     for r in rows:
         r["pct_of_vanilla"] = 100 * r["barrier"] / vanilla if vanilla else None
     return rows
+
+
+def methods_for(pair: Pair, entries) -> list[str]:
+    """The methods of `pair` from --methods entries: METHOD for every pair, FAMILY:METHOD for that family's
+    pairs only (e.g. bert:activation-perm, the encoders' anchor); "none" first."""
+    mine = [e.split(":")[-1] for e in entries if ":" not in e or e.split(":")[0] == pair.family]
+    return list(dict.fromkeys(["none", *mine]))
 
 
 def summarise(rows: list[dict], methods) -> list[dict]:
@@ -329,9 +344,18 @@ def write(rows, summary, methods, out: Path, name: str) -> None:
     md += ["", f"The defaults were chosen on the validation split of the tuning pairs ({', '.join(tuned)}); "
            "no choice was made on the evaluation pairs."]
     (out / f"{name}.md").write_text("\n".join(md) + "\n")
-    (out / f"{name}.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))
+    (out / f"{name}.json").write_text(json.dumps({"schema": "glmc.suite/1", "provenance": run_provenance(rows),
+                                                  "summary": summary, "rows": rows}, indent=1, default=str))
     print("\n".join(md))
     return md
+
+
+def run_provenance(rows) -> dict:
+    """The report's own provenance, with the code behind every row: one commit, clean, for a published table."""
+    from glmc.provenance import provenance
+
+    codes = {json.dumps((r.get("provenance") or {}).get("code"), sort_keys=True) for r in rows}
+    return {**provenance(options={"argv": sys.argv[1:]}), "row_codes": sorted(codes)}
 
 
 README_BEGIN, README_END = "<!-- suite.py --readme: begin -->", "<!-- suite.py --readme: end -->"
@@ -372,6 +396,9 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--name", default="suite", help="report name under --out")
     ap.add_argument("--fresh", action="store_true", help="recompute cached results")
+    ap.add_argument("--reuse-any", action="store_true",
+                    help="reuse cached results computed by other code (another commit or a dirty tree); by default "
+                    "a report holds only results of the code that writes it")
     ap.add_argument("--readme", type=Path, default=None,
                     help="also write the report into this file's suite.py block (docs/results.md's table)")
     ap.add_argument("--train-only", action="store_true", help="train the missing models and stop")
@@ -389,7 +416,8 @@ def main(argv=None):
     families = [f for f in args.families.split(",") if f]
     pairs = [p for p in PAIRS if (p.name in names if names else args.role in ("all", p.role))
              and (not families or p.family in families)]
-    methods = args.methods.split(",")
+    entries = [m for m in args.methods.split(",") if m]
+    methods = list(dict.fromkeys(m.split(":")[-1] for m in entries))
     if set(methods) - set(METHODS):
         ap.error(f"unknown method(s) {', '.join(sorted(set(methods) - set(METHODS)))}; choose from {METHODS}")
     if "none" not in methods:
@@ -400,7 +428,9 @@ def main(argv=None):
         return None
     rows = []
     for p in pairs:
-        rows += run_pair(p, methods, args.split, args.cache, args.max_batches, args.fresh, options, args.tag)
+        mine = methods_for(p, entries)
+        rows += run_pair(p, mine, args.split, args.cache, args.max_batches, args.fresh, options, args.tag,
+                         args.reuse_any)
     md = write(rows, summarise(rows, methods), methods, args.out, args.name)
     if args.readme:
         update_readme(args.readme, md)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "glmc"
 # lowest first; a package may import itself and anything listed before it
-LAYERS = ["glmc", "memory", "errors", "options", "io", "distributed", "data", "tasks", "symmetry", "adapters", "models",
+LAYERS = ["glmc", "memory", "errors", "options", "io", "provenance", "distributed", "data", "tasks", "symmetry", "adapters", "models",
           "view", "invariance", "paths", "matching", "api", "experiments", "training", "cli"]
 
 

@@ -7,7 +7,7 @@ Result schema ("glmc.barrier/1"), as written by `glmc barrier --json`:
                      acc_drop, acc_drop_lambda, acc_drop_mean, loss_endpoints, acc_endpoints, loss_midpoint,
                      align_seconds, curve_seconds, alignment: {method report},
                      # added compatibly (absent in older files):
-                     loss_se: [..] (per λ), loss_barrier_se, loss_barrier_mean_se, acc_drop_se, acc_drop_mean_se
+                     loss_se, acc_se: [..] (per λ), loss_barrier_se, loss_barrier_mean_se, acc_drop_se, acc_drop_mean_se
                      (standard errors over evaluation batches, glmc/paths/barrier.py), n_batches, n_predictions,
                      unit ("tokens" | "images"), per_batch: {n: [..], loss_sum: [[..] per λ], correct: [[..]]},
                      repeats: "deterministic" | [{seed, loss_barrier, …}], over_seeds: {metric: {mean, sd, se, n}}

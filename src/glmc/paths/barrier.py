@@ -11,7 +11,7 @@ is a ratio of sums over batches, Σ_b y_b / Σ_b n_b (n_b: the predictions count
 language model, images for a classifier), with y_b the batch's own excess at the metric's worst λ (held fixed:
 the error of the choice of λ is not included). Its standard error is the cluster (batch-level) one,
 sqrt(B/(B−1)·Σ_b (y_b − r·n_b)²) / Σ_b n_b with r the ratio; batches share every λ, so the pairing of the path
-with its endpoints is kept. `loss_se` gives the same for the loss at each λ.
+with its endpoints is kept. `loss_se` and `acc_se` give the same for the loss and the accuracy at each λ.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def standard_errors(curve: dict, i: int, j: int) -> dict:
     out: dict = {"n_batches": len(n), "n_predictions": total}
     if len(n) < 2:
         return {**out, "loss_barrier_se": None, "loss_barrier_mean_se": None, "acc_drop_se": None,
-                "acc_drop_mean_se": None, "loss_se": [None] * len(lams)}
+                "acc_drop_mean_se": None, "loss_se": [None] * len(lams),
+                "acc_se": [None] * len(lams)}
 
     def se(y):  # y_b: a batch's sum of the quantity (its own mean times n_b)
         r = sum(y) / total
@@ -118,6 +119,7 @@ def standard_errors(curve: dict, i: int, j: int) -> dict:
     t, u = lams[i], lams[j]
     return {**out,
             "loss_se": [se(sums[k]) for k in range(len(lams))],
+            "acc_se": [se(right[k]) for k in range(len(lams))],
             "loss_barrier_se": se([s - ((1 - t) * s0 + t * s1) for s, s0, s1 in zip(sums[i], sums[0], sums[last])]),
             "loss_barrier_mean_se": se([s - (s0 + s1) / 2 for s, s0, s1 in zip(sums[m], sums[0], sums[last])]),
             "acc_drop_se": se([(1 - u) * c0 + u * c1 - c for c, c0, c1 in zip(right[j], right[0], right[last])]),

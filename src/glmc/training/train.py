@@ -49,6 +49,7 @@ import glmc.data
 from glmc.adapters import adapter_named
 from glmc.models import build_model, save_model
 from glmc.models.evaluate import evaluate, loss_and_correct
+from glmc.provenance import provenance
 from glmc.tasks import task, task_of_batch
 
 
@@ -255,7 +256,9 @@ def record_for(family: str, shape: dict, ds, parts: dict, wall: float, device="c
               "data": ds.spec, **parts, "eval": {"batch_size": parts["training"]["eval_batch_size"],
                                                  "dtype": "float32", "split_batches": "all (train: first "
                                                  f"{parts['training']['train_eval_batches']} in order)"},
-              "environment": environment(device)}
+              "environment": environment(device),
+              "provenance": provenance(options=parts["training"], data={"spec": ds.spec}, device=device,
+                                       seeds=[parts["training"].get("seed")])}
     record["timing"]["wall_seconds"] = round(wall, 2)
     if ds.task == "mlm":
         record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
