@@ -31,8 +31,15 @@ import os
 import platform
 import subprocess
 import sys
+import warnings
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+import torch
+
+from glmc import __version__
+from glmc.options import METHOD_OPTIONS
 
 SCHEMA = "glmc.provenance/1"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -43,8 +50,6 @@ def provenance(*, options=None, data=None, models=(), seeds=None, device=None, c
     """The provenance block (see the module docstring). `options`: an options object, a dict of them, or a plain
     dict; `data`: {"spec": …, "batches": [...], "files": [...]} (any part may be missing) or a spec string;
     `models`: paths and/or in-memory models; `device`: a torch device or its name (default: the first model's)."""
-    from glmc import __version__
-
     models = list(models)
     return {"schema": SCHEMA, "glmc": __version__, "code": code_state(), "versions": versions(),
             "device": _device(device, models), "seeds": seeds, "options": _plain(options),
@@ -77,8 +82,6 @@ def _git(cwd: Path, *args) -> str | None:
 
 def versions() -> dict:
     """Versions of Python and of the libraries a result depends on (those not installed are left out)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "timm", "numpy", "safetensors", "tokenizers"):
         try:
@@ -92,8 +95,6 @@ def versions() -> dict:
 
 
 def _device(device, models) -> dict:
-    import torch
-
     if device is None:
         first = next((m for m in models if hasattr(m, "parameters")), None)
         param = next(first.parameters(), None) if first is not None else None
@@ -110,10 +111,6 @@ def _device(device, models) -> dict:
 def full_options(method: str, given: dict) -> dict:
     """Every field of `method`'s options class (glmc/options.py), the given values on the defaults, plus the
     given values no class field holds (mode, a pair option): what ran, not only what was typed."""
-    import warnings
-
-    from glmc.options import METHOD_OPTIONS
-
     cls = METHOD_OPTIONS.get(method)
     if cls is None:
         return {"method": method, **_plain(given)}
@@ -175,8 +172,6 @@ def spec_files(spec) -> list[Path]:
 def batches_hash(batches) -> str:
     """sha256 over the evaluation batches' tensors (keys, dtypes, shapes and bytes), in order: equal batches
     give equal hashes whatever their source."""
-    import torch
-
     h = hashlib.sha256()
     for batch in batches:
         items = batch.items() if isinstance(batch, dict) else enumerate(batch if isinstance(batch, (list, tuple))
@@ -209,7 +204,6 @@ def model_record(model) -> dict:
         files = sorted(f for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES) if path.is_dir() else [path]
         return {"path": str(model), "weights": [{"file": f.name, "fingerprint": weights_fingerprint(f)}
                                                 for f in files if f.is_file()]}
-    import torch
 
     h = hashlib.sha256()
     n = 0

@@ -45,6 +45,7 @@ from glmc.options import METHOD_OPTIONS, RENAMED, BarrierOptions, MergeOptions, 
 from glmc.paths.barrier import path_curve
 from glmc.paths.interpolate import eval_dtype
 from glmc.paths.simplex import simplex_surface
+from glmc.provenance import full_options, provenance
 from glmc.tasks import task as get_task
 from glmc.view.circuit import CircuitModel, circuit_model
 
@@ -157,7 +158,22 @@ def align(model_a, model_b, method: str = "weight", data=None, *, options=None, 
     result.dtype = _rounding(result.moved_model, torch_dtype(dtype) or stored_dtype(moved_input), al.report)
     al.report["dtypes"] = {"compute": _name(compute), "inputs": [_name(stored_dtype(m)) for m in (model_a, model_b)],
                            "written": result.dtype}
+    result.provenance = provenance(options=full_options(method, {**options, "compute_dtype": compute_dtype}),
+                                   data=_data_record(options.get("data")), models=_sources(model_a, model_b),
+                                   seeds=[options["seed"]] if "seed" in options else None)
     return result
+
+
+def _sources(*models) -> list:
+    """The models as provenance records them: their directories when glmc loaded them, else the modules."""
+    return [source_of(m) or m for m in models]
+
+
+def _data_record(ds, batches=None) -> dict | None:
+    if ds is None:
+        return None
+    spec = getattr(ds, "spec", None) if not isinstance(ds, (str, dict)) else ds
+    return {"spec": spec if spec is not None else type(ds).__name__, "batches": batches}
 
 
 def _method_options(method: str, options, kw: dict) -> dict:
@@ -286,7 +302,18 @@ def barrier(model_a, model_b=None, data=None, points: int | None = None, align=N
             "n_predictions": sum(c["batch_stats"]["n"]), "unit": get_task(task).unit}
     if batches is None:
         info["split"] = split
-    return Curve(c["lambdas"], c["loss"], c["acc"], method, al, info, batch_stats=c["batch_stats"], batches=evals)
+    curve = Curve(c["lambdas"], c["loss"], c["acc"], method, al, info, batch_stats=c["batch_stats"], batches=evals)
+    curve.provenance = provenance(options={"barrier": ev.as_dict(), "align": _align_record(method, al, align_options)},
+                                  data=_data_record(ds, evals), models=_sources(*models[:2]),
+                                  seeds=list(ev.seeds) if ev.seeds is not None else None)
+    return curve
+
+
+def _align_record(method: str, al: Alignment, align_options: dict) -> dict:
+    """The alignment's full options: those its own provenance recorded, or the method's defaults under what was
+    given (an Alignment passed in, or "none")."""
+    own = (al.provenance or {}).get("options")
+    return own if own else full_options(method, {k: v for k, v in align_options.items() if k != "data"})
 
 
 def _barrier_options(options, points, kw: dict) -> tuple[BarrierOptions, dict]:
@@ -372,7 +399,11 @@ def _simplex(models, ds, method, evals, mode, progress, resolution, samples, opt
     s = simplex_surface(ends, evals, _task(models[0]), resolution, samples, progress, label=method, dtype=dtype)
     info = {"align_seconds": align_seconds, "surface_seconds": s["seconds"], "mode": mode, "n_batches": len(evals),
             "dtype": _dtype_name(dtype)}
-    return Simplex([list(p) for p in s["points"]], s["loss"], s["acc"], method, aligned, info)
+    result = Simplex([list(p) for p in s["points"]], s["loss"], s["acc"], method, aligned, info)
+    result.info["provenance"] = provenance(options={"method": method, "mode": mode, "resolution": resolution,
+                                                    "samples": samples, **options},
+                                           data=_data_record(ds, evals), models=_sources(*models))
+    return result
 
 
 UNIVERSE_OPTIONS = ("rounds", "iterations", "mode", "null_space", "progress")
@@ -441,6 +472,10 @@ def merge(models, method: str = "weight", data=None, weights=None, *, options=No
     if mode == "native":
         result.dtype = _rounding(merged, torch_dtype(dtype) or stored_dtype(models[0]), report)
     report["dtypes"] = {"compute": _name(compute), "inputs": result.dtypes, "written": result.dtype}
+    report["provenance"] = provenance(options={"method": method, **opts.as_dict(), "weights": weights,
+                                               "compute_dtype": compute_dtype},
+                                      data=_data_record(ds), models=_sources(*models),
+                                      seeds=[opts.seed] if method == "learned" and hasattr(opts, "seed") else None)
     return result
 
 

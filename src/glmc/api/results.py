@@ -52,6 +52,7 @@ class Alignment:
     fill: dict | None = None
     sources: tuple = (None, None)  # directories the inputs were loaded from, when glmc loaded them
     dtype: str | None = None  # what save() writes the moved model in (its input's stored dtype by default)
+    provenance: dict | None = field(default=None, repr=False)  # glmc/provenance.py: code, versions, options, …
 
     @property
     def moved_model(self):
@@ -85,7 +86,7 @@ class Alignment:
         its report (distances before/after, max |Δlogits|, timings, per-method details)."""
         a, b = (None if s is None else str(s) for s in self.sources)
         return {"schema": "glmc.align/1", "model_a": a, "model_b": b, "method": self.method, "moved": self.moved,
-                **self.report}
+                **self.report, "provenance": self.provenance}
 
 
 @dataclass
@@ -108,6 +109,7 @@ class Curve:
     batch_stats: dict | None = None  # per evaluation batch: {"n", "loss_sum", "correct"} (standard errors)
     batches: list | None = field(default=None, repr=False)  # the evaluation batches, for `decompose`
     decomposition: Any = None  # the last `decompose()` result
+    provenance: dict | None = field(default=None, repr=False)  # glmc/provenance.py: code, versions, options, …
 
     @property
     def metrics(self) -> dict:
@@ -178,6 +180,8 @@ class Curve:
             out["per_batch"] = self.batch_stats
         if self.decomposition is not None:
             out["decomposition"] = self.decomposition.to_dict()
+        if self.provenance is not None:
+            out["provenance"] = self.provenance
         return out
 
     def to_json(self, path=None) -> str:

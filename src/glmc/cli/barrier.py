@@ -109,6 +109,14 @@ def command(models, methods, points, json_path, csv_path, plot_path, resolution,
                           seeds=seed_list, decompose=decompose_points if decompose else None,
                           decompose_by=by)
     result.update({"schema": "glmc.barrier/1", "models": [str(m) for m in models], **data_info})
+    from glmc.provenance import provenance
+
+    result["provenance"] = provenance(
+        options={"barrier": {"points": points, "mode": mode, "eval_dtype": dtype, "seeds": seed_list,
+                             "compute_dtype": compute_dtype, **{k: data_kw.get(k) for k in ("split", "batch_size",
+                                                                                               "max_batches")}},
+                 "align": align_options, "methods": method_list},
+        data={"spec": ds.spec, "batches": batches}, models=models, seeds=seed_list, device=device)
     click.echo(format_table(result))
     if decompose:
         click.echo("\n" + format_decompositions(result))

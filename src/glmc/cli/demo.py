@@ -122,6 +122,11 @@ def command(family, full, out_dir, steps, methods, max_batches, progress):
     result.update({"schema": "glmc.barrier/1", "models": [str(p) for p in paths], **info,
                    "demo": {"preset": "full" if full else "quick", "family": family, "training_steps": steps,
                             "learned_steps": preset["learned_steps"], "context": preset["context"]}})
+    from glmc.provenance import provenance
+
+    result["provenance"] = provenance(options={"demo": result["demo"], "methods": chosen, "max_batches": max_batches},
+                                      data={"spec": ds.spec, "batches": batches}, models=paths, seeds=[0, 1],
+                                      device=device)
     click.echo("")
     click.echo(f"Loss barriers between two {demo_families()[family][1]} trained on Shakespeare from seeds 0 and 1 "
                f"({info['n_batches']} test batches, 11 points):")

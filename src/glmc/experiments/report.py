@@ -54,7 +54,7 @@ def build_report(paths, title: str = "glmc report") -> str:
         for i, path in enumerate(paths):
             kind, data = load_result(path)
             draw = {"glmc.barrier": _barrier, "glmc.simplex": _simplex, "glmc.sweep": _sweep}[kind]
-            sections.append(draw(data, Path(path), Path(tmp), i))
+            sections.append(draw(data, Path(path), Path(tmp), i) + provenance_html(data.get("provenance")))
     figures = sum(s.count("<img ") for s in sections)
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
@@ -123,6 +123,34 @@ def _barrier(data: dict, source: Path, tmp: Path, i: int) -> str:
         for method, r in decs.items():
             out.append(f"<h4>{_e(method)}</h4>" + _decomposition_table(r["decomposition"]))
     return "".join(out)
+
+
+def provenance_html(p: dict | None) -> str:
+    """Where a result came from (glmc/provenance.py), as a small table; a note when the file predates it."""
+    if not p:
+        return "<p class='note'>provenance: not recorded (a file written before glmc recorded it)</p>"
+    code = p.get("code")
+    where = "an installed glmc (no checkout)" if not code else \
+        f"commit <code>{_e(code['commit'])}</code>" + (" <b>with uncommitted changes</b>" if code["dirty"] else
+                                                       " (clean tree)")
+    versions = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items())
+    device = p.get("device") or {}
+    data = p.get("data") or {}
+    spec = data.get("spec")
+    spec = spec.get("source", spec) if isinstance(spec, dict) else spec
+    digest = data.get("batches_sha256")
+    rows = [["glmc", f"{_e(p.get('glmc'))}, {where}"], ["versions", _e(versions)],
+            ["device", _e(f"{device.get('type')} ({device.get('name')}, {device.get('threads')} threads)")],
+            ["created", _e(p.get("created"))], ["seeds", _e(p.get("seeds"))],
+            ["data", _e(spec) + (f"; batches sha256 <code>{_e(digest[:16])}</code>" if digest else "")
+             + "".join(f"; {_e(f['path'])} <code>{_e(f['sha256'][:16])}</code>" for f in data.get("files", []))]]
+    for m in p.get("models") or []:
+        prints = [w["fingerprint"][:16] for w in m.get("weights", [])] or [m.get("fingerprint", "")[:16]]
+        rows.append(["model", f"{_e(m.get('path') or m.get('class'))} <code>{_e(' '.join(prints))}</code>"])
+    if p.get("command"):
+        rows.append(["command", f"<code>{_e(' '.join(map(str, p['command'])))}</code>"])
+    rows.append(["options", f"<code>{_e(json.dumps(p.get('options'), default=str))}</code>"])
+    return "<h3>Provenance</h3>" + _table(["", "value"], rows)
 
 
 def _decomposition_table(d: dict) -> str:
