@@ -20,7 +20,7 @@ what is missing; --fresh recomputes). Writes suite.md and suite.json under --out
     python benchmarks/suite.py                                  # everything (trains what is missing)
     python benchmarks/suite.py --role tune --methods none,weight  # the tuning pairs, validation split
     python benchmarks/suite.py --list                           # the pairs and their training commands
-    python benchmarks/suite.py --role eval --readme docs/results.md   # the results page's table
+    python benchmarks/suite.py --role eval --publish          # the README's and docs/results.md's tables
 Run it alone: two torch processes on 2 cores slow each other 7–12×.
 """
 
@@ -358,22 +358,6 @@ def run_provenance(rows) -> dict:
     return {**provenance(options={"argv": sys.argv[1:]}), "row_codes": sorted(codes)}
 
 
-README_BEGIN, README_END = "<!-- suite.py --readme: begin -->", "<!-- suite.py --readme: end -->"
-
-
-def update_readme(path: Path, md: list[str]) -> None:
-    """Replaces the text between README_BEGIN and README_END in `path` with the report (written atomically)."""
-    text = path.read_text()
-    start, end = text.find(README_BEGIN), text.find(README_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{path} has no '{README_BEGIN}' … '{README_END}' block to replace; add the two lines "
-                         "where the table belongs")
-    new = text[:start + len(README_BEGIN)] + "\n" + "\n".join(md) + "\n" + text[end:]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(new)
-    tmp.replace(path)
-
-
 def list_pairs() -> None:
     print("| pair | role | seeds | what | glmc train … |\n|---|---|---|---|---|")
     for p in PAIRS:
@@ -399,8 +383,9 @@ def main(argv=None):
     ap.add_argument("--reuse-any", action="store_true",
                     help="reuse cached results computed by other code (another commit or a dirty tree); by default "
                     "a report holds only results of the code that writes it")
-    ap.add_argument("--readme", type=Path, default=None,
-                    help="also write the report into this file's suite.py block (docs/results.md's table)")
+    ap.add_argument("--publish", action="store_true",
+                    help="also regenerate the README's and docs/results.md's tables from this report "
+                    "(benchmarks/tables.py; refused unless every row comes from one clean commit)")
     ap.add_argument("--train-only", action="store_true", help="train the missing models and stop")
     ap.add_argument("--list", action="store_true", help="print the pairs and stop")
     args = ap.parse_args(argv)
@@ -431,9 +416,11 @@ def main(argv=None):
         mine = methods_for(p, entries)
         rows += run_pair(p, mine, args.split, args.cache, args.max_batches, args.fresh, options, args.tag,
                          args.reuse_any)
-    md = write(rows, summarise(rows, methods), methods, args.out, args.name)
-    if args.readme:
-        update_readme(args.readme, md)
+    write(rows, summarise(rows, methods), methods, args.out, args.name)
+    if args.publish:
+        import tables
+
+        tables.publish(args.out / f"{args.name}.json")
     return None
 
 

@@ -52,7 +52,7 @@ def mlm_text_file(tmp_path_factory):
 
 
 # fixtures that train models with `glmc train`: every test using one carries the slow marker
-TRAINING_FIXTURES = {"gpt2_pair", "vit_models"}
+TRAINING_FIXTURES = {"gpt2_pair", "vit_models", "seed_runs"}
 
 
 def pytest_collection_modifyitems(items):

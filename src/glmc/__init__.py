@@ -22,9 +22,12 @@ __version__ = "0.1.0"
 __all__ = ["load_model", "save_model", "convert", "inspect",
            "align", "barrier", "merge", "verify", "evaluate", "Alignment", "Curve",
            "Simplex", "Merge", "Transform", "Verification", "__version__",
-           "WeightOptions", "ActivationOptions", "LearnedOptions", "MergeOptions", "BarrierOptions"]
+           "WeightOptions", "ActivationOptions", "LearnedOptions", "MergeOptions", "BarrierOptions",
+           "sweep", "SweepResult"]
 # the options classes (glmc/options.py) come without the API's imports (torch), so reading them stays fast
 _OPTIONS = ("WeightOptions", "ActivationOptions", "LearnedOptions", "MergeOptions", "BarrierOptions")
+# sweeps run above the API (glmc/experiments): their function and result come from there
+_STUDIES = ("sweep", "SweepResult")
 
 if TYPE_CHECKING:
     from glmc.api import (
@@ -49,11 +52,14 @@ if TYPE_CHECKING:
         save_model,
         verify,
     )
+    from glmc.experiments.study import SweepResult, sweep
 
 
 def __getattr__(name: str):
     if name in _OPTIONS:
         return getattr(importlib.import_module("glmc.options"), name)
+    if name in _STUDIES:
+        return getattr(importlib.import_module("glmc.experiments.study"), name)
     if name in __all__:
         return getattr(importlib.import_module("glmc.api"), name)
     if importlib.util.find_spec(f"glmc.{name}") is not None:  # subpackages, e.g. glmc.data after `import glmc`

@@ -253,7 +253,7 @@ def test_seed_sweep_with_jobs_draws_the_matrix(runs, tmp_path):
     out = tmp_path / "sw"
     log = run_cli("sweep", *models, "--align", "none", "--points", 3, "--max-batches", 2, "--batch-size", 8,
                   "--jobs", 2, "-o", out)
-    assert "3 to run, 2 at a time" in log
+    assert "3 to run on local" in log
     data = json.loads((out / "sweep.json").read_text())
     assert data["schema"] == "glmc.sweep/1" and data["kind"] == "seeds" and len(data["rows"]) == 3
     assert {r["pair"] for r in data["rows"]} == {"s0~s1", "s0~step3", "s1~step3"}
@@ -272,8 +272,8 @@ def test_decompose_by_chooses_the_groupings(runs, tmp_path):
 
 def test_sweep_revisions_resolve_in_a_local_cache(tmp_path, monkeypatch):
     from conftest import make_cache
-    from glmc.cli.sweep import resolve_revision
     from glmc.errors import BadCheckpoint
+    from glmc.models.hub import snapshot as resolve_revision
 
     saved = {}
     for name in ("step0", "step1000"):

@@ -5,7 +5,11 @@ Layout of a sweep directory OUT:
                             (pair, step, method, model paths) and "resources" (wall_seconds, peak_rss_mb,
                             peak_cuda_mb, threads). Written atomically when the cell ends, so a file that exists is a
                             finished cell: a resumed sweep skips it.
+  OUT/cells/<cell>.log      the cell process's stdout and stderr
   OUT/cells/<cell>.error    the last lines of a failed cell's output (the cell is retried on the next run)
+  OUT/plan.json             the grid (every cell's name, pair, step, method and command line) and how it runs,
+                            written before any cell: `glmc sweep --status OUT` reads it
+  OUT/slurm/, OUT/submitit/ submitit's job folders and jobs.json (cell -> job id) for those executors
   OUT/sweep.json            {"schema": "glmc.sweep/1", "kind": "seeds" | "checkpoints", "rows": [...]}
   OUT/sweep.csv, OUT/sweep.parquet (with pyarrow)   the same rows, one per cell (COLUMNS)
   OUT/sweep-steps.png       checkpoints: barrier against training step, one line per method (± one s.e.)
@@ -15,6 +19,7 @@ Layout of a sweep directory OUT:
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -22,8 +27,17 @@ from pathlib import Path
 
 import numpy as np
 
+from glmc.adapters import adapter_for_dir
+from glmc.data import parse_spec
+from glmc.errors import BadOption, IncompatibleModels
+from glmc.experiments.executors import ACTIVE, CellTask, job_states
 from glmc.experiments.plots import _save
 from glmc.io import atomic_path
+from glmc.models.checkpoint import check_data_task, check_files, load_checked
+from glmc.models.hub import looks_like_hub_id
+from glmc.models.inspect import incompatibility, tokenizer_fingerprint
+from glmc.options import ActivationOptions, BarrierOptions, LearnedOptions, WeightOptions
+from glmc.provenance import provenance
 
 COLUMNS = ["pair", "model_a", "model_b", "step", "method", "status", "loss_barrier", "loss_barrier_se",
            "loss_barrier_mean", "loss_barrier_mean_se", "acc_drop", "acc_drop_se", "loss_a", "loss_b",
@@ -34,7 +48,6 @@ COLUMNS = ["pair", "model_a", "model_b", "step", "method", "status", "loss_barri
 @dataclass(frozen=True)
 class Cell:
     """One pair of models and one method; `step` is the training step or revision ("" for a seeds sweep)."""
-
     pair: str
     model_a: str
     model_b: str
@@ -65,6 +78,22 @@ def step_cells(steps: dict, methods: list, pair: str = "") -> list[Cell]:
         label = pair or f"{_names([a, b])[0]}~{_names([a, b])[1]}"
         cells += [Cell(label, str(a), str(b), m, str(step)) for m in methods]
     return cells
+
+
+def runs_cells(runs: list, methods: list, reference: bool = False) -> list[Cell]:
+    """Every pair of `glmc train --save-every` runs (or each against the first) at every step all of them kept,
+    × methods: seeds × checkpoints."""
+    found = [_steps(r) for r in runs]
+    common = sorted(set.intersection(*(set(f) for f in found)))
+    names = _names(runs)
+    pairs = [(0, j) for j in range(1, len(runs))] if reference else \
+        [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))]
+    return [Cell(f"{names[i]}~{names[j]}", str(found[i][s]), str(found[j][s]), m, f"step{s}", i, j)
+            for s in common for i, j in pairs for m in methods]
+
+
+def _steps(run) -> dict:
+    return {int(p.name[4:]): p for p in (Path(run) / "checkpoints").glob("step*") if p.name[4:].isdigit()}
 
 
 def run_checkpoints(run_a, run_b) -> dict:
@@ -202,3 +231,176 @@ def plot_matrix(rows: list[dict], cells: list[Cell], path, title: str = "") -> P
 
 def cell_record(cell: Cell) -> dict:
     return asdict(cell)
+
+
+# ----------------------------------------------------------------------------------------------- grids
+
+def revision_cells(models: list, labels: list, revisions: list, methods: list, reference: bool = False,
+                   resolve=None) -> list[Cell]:
+    """Every pair of hub `models` (or each against the first) at every revision × methods: a PolyPythias-shaped
+    grid of seeds × checkpoints. `resolve(model, revision)` gives the cached folder."""
+    pairs = [(0, j) for j in range(1, len(models))] if reference else \
+        [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
+    return [Cell(f"{labels[i]}~{labels[j]}", str(resolve(models[i], r)), str(resolve(models[j], r)), m, str(r), i, j)
+            for r in revisions for i, j in pairs for m in methods]
+
+
+def model_labels(models) -> list[str]:
+    """Labels of the models as given: hub ids by their name (ORG/NAME -> NAME), folders by `_names`."""
+    if all(not Path(m).is_dir() and looks_like_hub_id(str(m)) for m in models):
+        names = [str(m).split("@")[0].split("/")[-1] for m in models]
+        if len(set(names)) == len(names):
+            return names
+    return _names(models)
+
+
+def check_grid(cells: list[Cell], data=None) -> None:
+    """The checks of `glmc inspect`, before any cell runs: every model directory is readable (headers only), and
+    every pair can be aligned (family, task, sizes, groups, tokenizer), else IncompatibleModels / BadCheckpoint
+    naming the model. Models are loaded once per distinct config and tokenizer, so a suite of seeds and revisions
+    of one shape loads one model."""
+    paths = list(dict.fromkeys(p for c in cells for p in (c.model_a, c.model_b)))
+    keys, loaded = {}, {}
+    for path in paths:
+        check_files(path)
+        config = Path(path) / adapter_for_dir(path).config_file
+        key = (hashlib.sha256(config.read_bytes()).hexdigest(), json.dumps(tokenizer_fingerprint(path)))
+        keys[path] = key
+        if key not in loaded:
+            loaded[key] = (load_checked(path)[0], path)
+    for a, b in dict.fromkeys((keys[c.model_a], keys[c.model_b]) for c in cells):
+        if a == b:
+            continue
+        (ma, pa), (mb, pb) = loaded[a], loaded[b]
+        found = incompatibility([ma, mb], [pa, pb])
+        if found is not None:
+
+            shown = [c for c in cells if (keys[c.model_a], keys[c.model_b]) == (a, b)][0]
+            raise IncompatibleModels(f"pair {shown.pair} ({shown.model_a} and {shown.model_b}) cannot be aligned: "
+                                     f"{found[1]}")
+    if data is not None:
+
+        try:
+            task = parse_spec(data)["task"]
+        except ValueError as e:
+
+            raise BadOption(str(e)) from None
+        for model, path in loaded.values():
+            check_data_task(task, data, model, path)
+
+
+# ------------------------------------------------------------------------------------- barrier options
+
+def option_names() -> dict[str, str]:
+    """option name -> the options class holding it, for every option a sweep passes to its cells' `glmc barrier`
+    (glmc/options.py), plus the data options."""
+    out = {n: "data" for n in ("data", "tokenizer", "max_tokens", "device")}
+    for cls in (BarrierOptions, WeightOptions, ActivationOptions, LearnedOptions):
+        for n in cls.names():
+            if n not in ("mode", "progress", "batches", "eval_dtype") or cls is BarrierOptions:
+                out.setdefault(n, cls.__name__)
+    out.pop("progress")  # cells never draw progress bars
+    return out
+
+
+def barrier_args(options: dict) -> list[str]:
+    """`glmc barrier` flags for `options` (name -> value): --name value, --name/--no-name for booleans, lists
+    comma-joined. An unknown name is refused in one line naming it."""
+    known = option_names()
+    args = []
+    for name, value in options.items():
+        if name not in known:
+            raise BadOption(f"unknown option {name!r} for the sweep's barriers; known: {', '.join(sorted(known))}")
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, (list, tuple)):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+# -------------------------------------------------------------------------------------------- running
+
+PLAN = "plan.json"
+
+
+def tasks_for(cells: list[Cell], out: Path, args: list[str], threads: int):
+    return [CellTask(c.name, str(out / "cells"), ("barrier", c.model_a, c.model_b, "--align", c.method, *args,
+                                                   "--no-progress"), threads) for c in cells]
+
+
+def write_plan(out: Path, kind: str, cells: list[Cell], args: list[str], executor: dict) -> None:
+    plan = {"schema": "glmc.sweep-plan/1", "kind": kind, "cells": [cell_record(c) | {"name": c.name} for c in cells],
+            "barrier_args": args, "executor": executor, "provenance": provenance(options={"barrier_args": args})}
+    with atomic_path(out / PLAN) as tmp:
+        tmp.write_text(json.dumps(plan, indent=1, default=str) + "\n")
+
+
+def cell_states(out: Path, cells: list[Cell]) -> dict:
+    """cell name -> "done" | "failed" | "submitted" (a Slurm job pending or running, or of unknown state) |
+    "missing"."""
+    jobs = job_states(out)
+    states = {}
+    for c in cells:
+        target = out / "cells" / f"{c.name}.json"
+        if target.is_file():
+            states[c.name] = "done"
+        elif jobs.get(c.name) in ACTIVE and not _job_finished(out, c.name):
+            states[c.name] = "submitted"
+        elif target.with_suffix(".error").is_file():
+            states[c.name] = "failed"
+        else:
+            states[c.name] = "missing"
+    return states
+
+
+def _job_finished(out: Path, name: str) -> bool:
+    """A submitted cell whose job left its result (submitit's *_result.pkl): finished, whatever sacct says."""
+    record = out / "slurm" / "jobs.json"
+    job = json.loads(record.read_text()).get(name) if record.is_file() else None
+    return bool(job) and any((out / "slurm").glob(f"{job}/*_result.pkl"))
+
+
+def read_plan(out: Path) -> tuple[str, list[Cell]]:
+    f = Path(out) / PLAN
+    if not f.is_file():
+        raise BadOption(f"{out} holds no sweep ({PLAN} missing): give the -o folder of a `glmc sweep` run")
+    plan = json.loads(f.read_text())
+    fields = set(Cell.__dataclass_fields__)
+    return plan["kind"], [Cell(**{k: v for k, v in c.items() if k in fields}) for c in plan["cells"]]
+
+
+def rows_for(out: Path, cells: list[Cell]) -> list[dict]:
+    rows = []
+    for cell in cells:
+        target = out / "cells" / f"{cell.name}.json"
+        if target.is_file():
+            rows.append(row_of(cell, json.loads(target.read_text())))
+            continue
+        error = target.with_suffix(".error")
+        msg = error.read_text().strip().splitlines()[-1] if error.is_file() and error.read_text().strip() else \
+            "not run"
+        rows.append(row_of(cell, None, msg))
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """The printed table: whole pair labels (the column is as wide as the longest), one line per cell."""
+    wide = max([len("pair")] + [len(r["pair"]) for r in rows]) + 2
+    step = max([len("step")] + [len(str(r["step"])) for r in rows]) + 2
+    meth = max([len("method")] + [len(r["method"]) for r in rows]) + 2
+    lines = [f"{'pair':<{wide}}{'step':>{step}}{'method':>{meth}}{'barrier':>10}{'± se':>9}{'acc drop':>10}"
+             f"{'s':>8}{'MB':>8}"]
+    for r in rows:
+        head = f"{r['pair']:<{wide}}{r['step']:>{step}}{r['method']:>{meth}}"
+        if r["status"] != "ok":
+            lines.append(f"{head}   {r['status']}: {r['error']}")
+            continue
+        se = "n/a" if r["loss_barrier_se"] is None else f"{r['loss_barrier_se']:.4f}"
+        lines.append(f"{head}{r['loss_barrier']:>10.4f}{se:>9}{100 * r['acc_drop']:>9.2f}%{r['wall_seconds']:>8.1f}"
+                     f"{r['peak_rss_mb']:>8.0f}")
+    return "\n".join(lines)
