@@ -69,7 +69,7 @@ def test_local_ray_and_submitit_give_the_same_table(seed_runs, tmp_path):
                                                 "-o", str(tmp_path / "ray"), "--executor", "ray", "--cell-cpus", "1"]),
                          capture_output=True, text=True)
     assert ray.returncode == 0, ray.stdout + ray.stderr
-    sub = glmc("sweep", "--file", study, "-o", tmp_path / "submitit", "--executor", "submitit-local")
+    sub = glmc("sweep", "--file", study, "-o", tmp_path / "submitit", "--executor", "submitit-local", "--jobs", 2)
     tables = [barriers(tmp_path / name) for name in ("local", "ray", "submitit")]
     assert len(tables[0]) == 2 * 3 * 2  # 2 pairs (each against s0) × 3 steps × 2 methods
     for other in tables[1:]:
@@ -93,12 +93,12 @@ def _cell_names(out: Path) -> list:
 def _kill_when_cells_exist(cmd: list, out: Path, how=signal.SIGKILL) -> set:
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
-    while time.time() < deadline and len(list((out / "cells").glob("*.json"))) < 2:
+    while time.time() < deadline and len(list((out / "cells").glob("[!.]*.json"))) < 2:
         assert proc.poll() is None, proc.stdout.read().decode()
         time.sleep(0.2)
     os.killpg(proc.pid, how)  # the sweep and its running cells, mid-run
     proc.wait(timeout=120)
-    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "cells").glob("*.json")}
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "cells").glob("[!.]*.json")}
 
 
 @pytest.mark.slow
@@ -141,7 +141,7 @@ def test_a_crashing_cell_is_reported_and_the_others_finish(seed_runs, tmp_path):
     assert len(rows) == 6 and len(failed) == 1 and failed[0]["step"] == "step2" and "s2" in failed[0]["pair"]
     assert "non-finite" in failed[0]["error"] or "NaN" in failed[0]["error"], failed[0]["error"]
     status = glmc("sweep", "--status", tmp_path / "sw").stdout
-    assert "5 done, 0 submitted, 1 failed, 0 missing" in status
+    assert "5 done, 0 running, 0 pending, 0 submitted, 1 failed, 0 missing" in status
 
 
 def test_slurm_sweep_writes_the_requested_sbatch_script_and_returns(tmp_path, monkeypatch):
@@ -172,7 +172,7 @@ def test_slurm_sweep_writes_the_requested_sbatch_script_and_returns(tmp_path, mo
     jobs = json.loads((tmp_path / "sw" / "slurm" / "jobs.json").read_text())
     assert sorted(jobs.values()) == [f"4242_{i}" for i in range(6)]
     status = glmc("sweep", "--status", tmp_path / "sw", env=env).stdout
-    assert "0 done, 6 submitted, 0 failed, 0 missing" in status
+    assert "0 done, 0 running, 0 pending, 6 submitted, 0 failed, 0 missing" in status
     again = glmc(*args, env=env).stdout  # the jobs may still run: nothing is submitted twice
     assert "6 submitted and not ended (left alone); 0 to run" in again
 

@@ -222,12 +222,12 @@ def test_checkpoint_sweep_resumes_after_a_kill_without_recomputing(runs, tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "glmc.cli", *args], start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
-    while time.time() < deadline and not list((out / "cells").glob("*.json")):
+    while time.time() < deadline and not list((out / "cells").glob("[!.]*.json")):
         assert proc.poll() is None, proc.stdout.read().decode()
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running cell, mid-run
     proc.wait()
-    finished = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "cells").glob("*.json")}
+    finished = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "cells").glob("[!.]*.json")}
     assert 1 <= len(finished) < 3
     assert not (out / "sweep.csv").exists()
     log = run_cli(*args)

@@ -38,8 +38,8 @@ EXECUTOR_FLAGS = ("executor", "jobs", "ray_address", "cell_cpus", "cell_gpus", "
               help="A sweep file (YAML) describing the whole study; flags given here override its options and "
               "executor.")
 @click.option("--status", "status_of", type=click.Path(file_okay=False),
-              help="Show each cell of the sweep in this folder as done, running/submitted, failed or missing, "
-              "and stop.")
+              help="Show each cell of the sweep in this folder as done, running, pending, submitted (a Slurm job "
+              "of unknown state), failed or missing, and stop.")
 @click.option("--align", "methods", default="none,weight", show_default=True,
               help="Comma-separated alignment methods, each a column of the grid.")
 @click.option("--reference", is_flag=True, help="Seeds: each model against the first, not every pair.")
@@ -179,12 +179,13 @@ def _parse_at(text: str):
 
 def _status(out: Path) -> None:
     from glmc.experiments.study import status
+    from glmc.experiments.sweep import STATES
 
     try:
         kind, cells, states = status(out)
     except BadOption as e:
         raise click.ClickException(str(e)) from None
-    counts = {s: list(states.values()).count(s) for s in ("done", "submitted", "failed", "missing")}
+    counts = {s: list(states.values()).count(s) for s in STATES}
     click.echo(f"{out}: {len(cells)} cells ({kind}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     wide = max(len(c.pair) for c in cells) + 2
     for c in cells:

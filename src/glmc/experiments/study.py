@@ -107,7 +107,7 @@ class Study:
 @dataclass
 class SweepResult:
     """What `glmc.sweep` returns: the sweep folder, the grid's kind, one row per cell (sweep.COLUMNS), each cell's
-    state (done, failed, submitted, missing) and, for a Slurm sweep, the submitted job ids."""
+    state (done, running, pending, submitted, failed, missing) and, for a Slurm sweep, the submitted job ids."""
     out: Path
     kind: str
     rows: list
@@ -116,17 +116,20 @@ class SweepResult:
 
     @property
     def failed(self) -> int:
+        """How many cells failed (their .error files say why; a rerun retries them)."""
         return sum(s == "failed" for s in self.states.values())
 
     @property
     def done(self) -> bool:
+        """Whether every cell has finished."""
         return all(s == "done" for s in self.states.values())
 
     def table(self) -> str:
+        """The printed table: one line per cell, whole pair names."""
         return sw.summary(self.rows)
 
     def __repr__(self) -> str:
-        counts = {s: list(self.states.values()).count(s) for s in ("done", "failed", "submitted", "missing")}
+        counts = {s: list(self.states.values()).count(s) for s in sw.STATES}
         shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         return f"glmc.SweepResult({self.kind}, {len(self.rows)} cells: {shown}; {self.out})"
 
@@ -145,10 +148,13 @@ def run_study(study: Study, progress: bool = True, log=print) -> SweepResult:
     sw.write_plan(out, kind, cells, args, {**describe(executor), "name": study.name})
     states = sw.cell_states(out, cells)
     todo = [c for c in cells if states[c.name] in ("failed", "missing")]
-    counts = {s: list(states.values()).count(s) for s in ("done", "submitted")}
-    threads = study.resources.cpus or max(1, _cores() // study.jobs)
-    log(f"{len(cells)} cells ({kind}); {counts['done']} already finished (kept)"
-        + (f", {counts['submitted']} submitted and not ended (left alone)" if counts["submitted"] else "")
+    active = sum(s in sw.ACTIVE_STATES for s in states.values())
+    done = list(states.values()).count("done")
+    # a cell's torch threads: its declared cores, else this machine's shared by the cells running at once here
+    local = study.executor in ("local", "submitit-local")
+    threads = study.resources.cpus or (max(1, _cores() // study.jobs) if local else 1)
+    log(f"{len(cells)} cells ({kind}); {done} already finished (kept)"
+        + (f", {active} submitted and not ended (left alone)" if active else "")
         + f"; {len(todo)} to run on {executor.name}")
     submitted: dict = {}
     if todo:
@@ -156,7 +162,7 @@ def run_study(study: Study, progress: bool = True, log=print) -> SweepResult:
         submitted = info.get("submitted", {})
     states = sw.cell_states(out, cells)
     rows = sw.rows_for(out, cells)
-    if not executor.waits and any(s == "submitted" for s in states.values()):
+    if not executor.waits and any(s in sw.ACTIVE_STATES for s in states.values()):
         log(f"submitted {len(submitted)} cell(s); see `glmc sweep --status {out}`, and rerun the same command to "
             "collect the table and resubmit failed or missing cells")
         return SweepResult(out, kind, rows, states, submitted)

@@ -340,9 +340,14 @@ def write_plan(out: Path, kind: str, cells: list[Cell], args: list[str], executo
         tmp.write_text(json.dumps(plan, indent=1, default=str) + "\n")
 
 
+STATES = ("done", "running", "pending", "submitted", "failed", "missing")
+ACTIVE_STATES = ("running", "pending", "submitted")
+
+
 def cell_states(out: Path, cells: list[Cell]) -> dict:
-    """cell name -> "done" | "failed" | "submitted" (a Slurm job pending or running, or of unknown state) |
-    "missing"."""
+    """cell name -> a STATES entry: "done"; a Slurm job "running" or "pending" (sacct's word), or "submitted"
+    when sacct cannot say (the job may still run); "failed"; "missing" (never run, or its job ended without a
+    result)."""
     jobs = job_states(out)
     states = {}
     for c in cells:
@@ -350,7 +355,7 @@ def cell_states(out: Path, cells: list[Cell]) -> dict:
         if target.is_file():
             states[c.name] = "done"
         elif jobs.get(c.name) in ACTIVE and not _job_finished(out, c.name):
-            states[c.name] = "submitted"
+            states[c.name] = {"RUNNING": "running", "PENDING": "pending"}.get(jobs[c.name], "submitted")
         elif target.with_suffix(".error").is_file():
             states[c.name] = "failed"
         else:
