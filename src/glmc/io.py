@@ -243,3 +243,19 @@ def terminate_cleanly() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def read_yaml(path, what: str = "file"):
+    """The YAML document at `path` (a sweep file, a merge recipe); BadOption in one line for a missing file or
+    YAML that does not parse, with the line it broke on."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise BadOption(f"{what} not found: {path}")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise BadOption(f"{path} is not valid YAML{at}: {getattr(e, 'problem', e)}") from None

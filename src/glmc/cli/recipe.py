@@ -27,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from glmc.errors import BadOption
+from glmc.io import read_yaml
 from glmc.options import MODES, BarrierOptions, MergeOptions, field_of
 
 TOP = {"models", "method", "weights", "mode", "options", "data", "tokenizer", "evaluation", "output"}
@@ -39,15 +40,8 @@ CHOICES = {"method": ("weight", "learned"), "mode": MODES}
 
 def read_recipe(path) -> dict:
     """The recipe at `path`, validated, with model paths resolved; raises BadOption naming the first problem."""
-    import yaml
-
     path = Path(path)
-    try:
-        recipe = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" (line {where.line + 1})" if where is not None else ""
-        raise BadOption(f"{path} is not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+    recipe = read_yaml(path, "merge recipe")
     if not isinstance(recipe, dict):
         raise BadOption(f"{path}: a recipe is a mapping with keys {', '.join(sorted(TOP))}")
     unknown = sorted(set(recipe) - TOP)

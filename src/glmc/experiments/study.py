@@ -44,6 +44,7 @@ from glmc.experiments.executors import (
     describe,
     make_executor,
 )
+from glmc.io import read_yaml
 from glmc.matching import available_methods
 from glmc.models.hub import snapshot
 from glmc.provenance import provenance
@@ -229,17 +230,8 @@ SLURM_KEYS = {"partition": str, "time": int, "gpus_per_cell": int, "max_parallel
 
 def load_study(path) -> Study:
     """A Study from a sweep file; BadOption naming the file and the key for anything wrong in it."""
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise BadOption(f"sweep file not found: {path}")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise BadOption(f"{path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    doc = read_yaml(p, "sweep file")
     if not isinstance(doc, dict):
         raise BadOption(f"{path}: a sweep file is a mapping of keys (models, methods, …), got {_kind(doc)}")
     _keys(path, "", doc, TOP)
