@@ -248,7 +248,7 @@ def terminate_cleanly() -> None:
 def read_yaml(path, what: str = "file"):
     """The YAML document at `path` (a sweep file, a merge recipe); BadOption in one line for a missing file or
     YAML that does not parse, with the line it broke on."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # no stubs are installed
 
     p = Path(path)
     if not p.is_file():
