@@ -62,11 +62,15 @@ class Cell:
         return re.sub(r"[^A-Za-z0-9._~-]+", "_", raw)
 
 
+def pairs_of(n: int, reference: bool = False) -> list[tuple[int, int]]:
+    """Index pairs of n models: every i < j, or each against the first (`reference`)."""
+    return [(0, j) for j in range(1, n)] if reference else [(i, j) for i in range(n) for j in range(i + 1, n)]
+
+
 def seed_cells(models: list, methods: list, reference: bool = False) -> list[Cell]:
     """Every pair of the models (i < j), or each model against the first (`reference`), × methods."""
     names = _names(models)
-    pairs = [(0, j) for j in range(1, len(models))] if reference else \
-        [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
+    pairs = pairs_of(len(models), reference)
     return [Cell(f"{names[i]}~{names[j]}", str(models[i]), str(models[j]), m, "", i, j) for i, j in pairs
             for m in methods]
 
@@ -86,22 +90,13 @@ def runs_cells(runs: list, methods: list, reference: bool = False) -> list[Cell]
     found = [_steps(r) for r in runs]
     common = sorted(set.intersection(*(set(f) for f in found)))
     names = _names(runs)
-    pairs = [(0, j) for j in range(1, len(runs))] if reference else \
-        [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))]
+    pairs = pairs_of(len(runs), reference)
     return [Cell(f"{names[i]}~{names[j]}", str(found[i][s]), str(found[j][s]), m, f"step{s}", i, j)
             for s in common for i, j in pairs for m in methods]
 
 
 def _steps(run) -> dict:
     return {int(p.name[4:]): p for p in (Path(run) / "checkpoints").glob("step*") if p.name[4:].isdigit()}
-
-
-def run_checkpoints(run_a, run_b) -> dict:
-    """step -> (A's, B's) checkpoint folders for every step both runs kept (`glmc train --save-every`), by step."""
-    found = [{int(p.name[4:]): p for p in (Path(r) / "checkpoints").glob("step*") if p.name[4:].isdigit()}
-             for r in (run_a, run_b)]
-    common = sorted(set(found[0]) & set(found[1]))
-    return {f"step{s}": (found[0][s], found[1][s]) for s in common}
 
 
 def _names(models) -> list[str]:
@@ -239,8 +234,7 @@ def revision_cells(models: list, labels: list, revisions: list, methods: list, r
                    resolve=None) -> list[Cell]:
     """Every pair of hub `models` (or each against the first) at every revision × methods: a PolyPythias-shaped
     grid of seeds × checkpoints. `resolve(model, revision)` gives the cached folder."""
-    pairs = [(0, j) for j in range(1, len(models))] if reference else \
-        [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
+    pairs = pairs_of(len(models), reference)
     return [Cell(f"{labels[i]}~{labels[j]}", str(resolve(models[i], r)), str(resolve(models[j], r)), m, str(r), i, j)
             for r in revisions for i, j in pairs for m in methods]
 
