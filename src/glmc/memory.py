@@ -148,12 +148,14 @@ def paged_forward(model):
     forward pass over a memory-mapped checkpoint keeps about one layer of it resident instead of all of it (the
     function checks run each model once; nothing needs its pages afterwards)."""
     pages = FilePages()
-    if not pages.ranges:
+    if not pages.ranges and not any(is_parked(p) for p in model.parameters()):
         yield model
         return
 
     def after(module, args, output):
-        pages.release(list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)))
+        own = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+        pages.release(own)
+        release_parked(own)
 
     hooks = [m.register_forward_hook(after) for m in model.modules()
              if next(m.parameters(recurse=False), None) is not None]
@@ -178,7 +180,7 @@ def park(view: dict, keys, min_elements: int = 1 << 22) -> list[str]:
     parked = []
     for k in keys:
         t = view.get(k)
-        if t is None or t.device.type != "cpu" or t.numel() < min_elements or t.requires_grad:
+        if t is None or t.device.type != "cpu" or t.numel() < min_elements or t.requires_grad or is_parked(t):
             continue
         fd, path = tempfile.mkstemp(prefix="glmc-park-", dir=directory)
         try:
@@ -190,9 +192,44 @@ def park(view: dict, keys, min_elements: int = 1 << 22) -> list[str]:
         finally:
             os.unlink(path)  # the mapping keeps the data; the disk space goes with it
         view[k] = mapped
+        _PARKED[mapped.untyped_storage().data_ptr()] = mapped.untyped_storage().nbytes()
         parked.append(k)
     trim()
     return parked
+
+
+# storage address -> bytes of every parked mapping. Tensors reshaped from a parked one share its storage, so a
+# rebuilt model's parameters are found too. An entry can outlive its mapping and the address be reused; that is
+# safe because release_parked drops only ranges whose resident pages are all unmodified file pages (_unmodified),
+# which any mapping can re-read from its file
+_PARKED: dict[int, int] = {}
+
+
+def is_parked(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.untyped_storage().data_ptr() in _PARKED
+
+
+def release_parked(tensors) -> None:
+    """Drop the resident pages of parked tensors among `tensors` (others are ignored): a streaming pass calls this
+    on each block when it is done with it, so a parked model costs resident memory one block at a time. The pages
+    stay in the page cache, and are read back from it (or the disk) when next used; pages an in-place write has
+    modified are kept (_unmodified)."""
+    libc = _libc()
+    if not libc or not hasattr(libc, "madvise"):
+        return
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for t in tensors:
+        if t is None or not is_parked(t):
+            continue
+        start = t.untyped_storage().data_ptr()
+        end = -(-(start + _PARKED[start]) // PAGE) * PAGE
+        if start % PAGE == 0 and _unmodified(start, end):
+            libc.madvise(start, end - start, MADV_DONTNEED)
+
+
+def release_keys(keys, *views) -> None:
+    """release_parked of every view's tensors under `keys` (keys a view lacks are skipped)."""
+    release_parked([v[k] for v in views for k in keys if k in v])
 
 
 def _in_memory(directory: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 from pathlib import Path
 
@@ -170,18 +171,33 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
         from transformers.core_model_loading import revert_weight_conversion
     except ImportError:
         return None
-    cls = getattr(transformers, class_name)
     try:
-        config = cls.config_class.from_pretrained(str(path), local_files_only=True)
-        with torch.device("meta"):
-            model = cls(config)
+        text = (Path(path) / "config.json").read_text()
+    except (OSError, UnicodeDecodeError):
+        text = None  # from_pretrained below names the problem
+    try:
+        return dict(_expected_weights(str(path) if text is None else None, text, class_name))
     except (ValueError, TypeError, KeyError, AttributeError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadCheckpoint(f"{Path(path) / 'config.json'} does not describe a valid {label} model: {first}") from e
+
+
+@functools.lru_cache(maxsize=8)
+def _expected_weights(path, text, class_name: str) -> tuple:
+    """hf_expected_weights' answer as (name, shape) pairs, cached by config text: an aligned pair shares one config,
+    and building the meta model took 1.3 s of a 124M alignment per model."""
+    import transformers
+    from transformers.core_model_loading import revert_weight_conversion
+
+    cls = getattr(transformers, class_name)
+    if text is None:
+        config = cls.config_class.from_pretrained(path, local_files_only=True)
+    else:
+        config = cls.config_class.from_dict(json.loads(text))
+    with torch.device("meta"):
+        model = cls(config)
     on_disk = revert_weight_conversion(model, dict(model.named_parameters()))
-    out = {n: tuple(t.shape) for n, t in on_disk.items()}
-    out[None] = cls.base_model_prefix
-    return out
+    return tuple((n, tuple(t.shape)) for n, t in on_disk.items()) + ((None, cls.base_model_prefix),)
 
 
 def token_probe(vocab_size: int, positions: int, n: int, seq: int, gen=None):

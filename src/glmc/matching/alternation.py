@@ -61,11 +61,11 @@ from glmc.matching.residual_fit import (
     solve_residual,
     streamed_distance,
 )
-from glmc.memory import park, trim
+from glmc.memory import park, release_keys, trim
 from glmc.options import WeightOptions
-from glmc.symmetry.elements import LinearMap
+from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.spec import group_name
-from glmc.symmetry.transform import Transform
+from glmc.symmetry.transform import Transform, apply_elements
 
 HEAD_SIMILARITIES = ("auto", "circuit")
 INIT_KEYS = ("embed", "pos_embed", "patch.w", "patch.b", "cls", "registers")
@@ -100,6 +100,21 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
     chunks = layer_chunks(view_b, arch.n_layer)
     pending: dict[str, list] = {}  # role -> (layer, its Kind's head problem), solved after the loop
     units = Assignments(LSA_WORKERS, LSA_QUEUED)
+    # a gated MLP's rotated up/down rows wait here for the layer's unit assignment, then fit its per-unit scales:
+    # rotating them again afterwards cost a 1.1B Llama 12 s an iteration; at most the assignments in flight wait
+    rotated_mlp: dict[int, dict] = {}
+    unit_perms: dict[int, IndexMap | None] = {}
+    scales: dict[int, ScaleMap] = {}
+
+    def fit_scales(done: dict) -> None:
+        for j, perm in done.items():
+            unit_perms[j] = perm
+            if j in rotated_mlp:
+                part = rotated_mlp.pop(j)
+                moved = part if perm is None else apply_elements(part, {group_name("mlp", j): perm}, arch, strict=False)
+                scales[j] = fit_mlp_scale(view_a, moved, j)
+                release_keys(part, view_a)
+
     for i in range(arch.n_layer):
         rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch)
         fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
@@ -128,27 +143,32 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
                 # a map shared by r query heads fits all of them at once: their factors side by side
                 xa, xb, ya, yb = (_grouped(f, b) if f.shape[0] != b else f for f in (xa, xb, ya, yb))
                 pending.setdefault(role, []).append((i, groups[role].group().head_problem(xa, xb, ya, yb)))
+        gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
+        if gated:
+            rotated_mlp[i] = {k: v for k, v in rotated_b.items() if ".mlp." in k and ".gate." not in k}
         if "mlp" in groups and permutations:
-            gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
             units.submit(i, gated_mlp_similarity(view_a, rotated_b, i) if gated
                          else mlp_similarity(view_a, rotated_b, i, unit_similarity))
-    # without permutations B's units stay where they are, and a gated MLP's scales are still fitted
-    unit_perms = units.results() if permutations else {i: None for i in range(arch.n_layer)}
-    trim()  # the similarities and costs of every layer are freed by now
-    for i, perm in unit_perms.items():
-        if perm is not None:
-            t.elements[group_name("mlp", i)] = perm
-        if "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a:
-            keys = [k for k in chunks[i] if ".mlp." in k]
-            moving = {} if residual is None else {"residual": residual}
-            moving.update({} if perm is None else {group_name("mlp", i): perm})
-            moved = moved_part(view_b, keys, moving, arch)
-            t.elements[group_name("mlp_scale", i)] = fit_mlp_scale(view_a, moved, i)
+            del rotated_b
+            fit_scales(units.take_done())
+        else:  # without permutations B's units stay where they are, and a gated MLP's scales are still fitted
+            fit_scales({i: None})
+        release_keys(chunks[i], view_a, view_b)
+    # the per-head fits first: they need no unit assignment, so they run while the last ones are solved
+    head_maps_found = {}
     for role, parts in pending.items():
         maps = groups[role].group().solve_head_problems([p for _, p in parts])
         for (i, _), c in zip(parts, maps, strict=True):
-            t.elements[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float().contiguous())
+            head_maps_found[group_name(role, i)] = LinearMap(c.transpose(-1, -2).float().contiguous())
         trim()  # L-BFGS's history and line-search temporaries
+    fit_scales(units.results())
+    trim()  # the similarities and costs of every layer are freed by now
+    for i in sorted(unit_perms):
+        if unit_perms[i] is not None:
+            t.elements[group_name("mlp", i)] = unit_perms[i]
+        if i in scales:
+            t.elements[group_name("mlp_scale", i)] = scales[i]
+    t.elements.update(head_maps_found)
     if permutations:  # the adapter's own groups (an MLM head's hidden units, a pooler), from their declared rows
         t.elements.update(match_declared(view_a, view_b, arch, {} if residual is None else {"residual": residual}))
     return t

@@ -32,8 +32,15 @@ class Assignments:
         # a queued job holds the float32 similarity; its worker makes the float64 cost only when it starts
         self.futures[key] = self.pool.submit(_assignment_job, [s], s.shape[1])
 
+    def take_done(self) -> dict:
+        """The assignments finished so far and not taken before (key -> IndexMap), without waiting."""
+        done = [k for k, f in self.futures.items() if f.done()]
+        return {k: self.futures.pop(k).result() for k in done}
+
     def results(self) -> dict:
+        """Every assignment not taken yet, waiting for those still running; the workers then stop."""
         out = {k: f.result() for k, f in self.futures.items()}
+        self.futures.clear()
         self.pool.shutdown()
         return out
 

@@ -16,7 +16,7 @@ from glmc.adapters import adapter_for
 from glmc.errors import IncompatibleModels
 from glmc.invariance import probe_inputs
 from glmc.matching.nullspace import fill_exact
-from glmc.memory import FilePages, paged_forward, row_slices, trim
+from glmc.memory import FilePages, paged_forward, park, release_keys, row_slices, trim
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys, instantiate
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
@@ -29,6 +29,31 @@ RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
 # benchmarks/suite.py) keep the float64 results their defaults were chosen on, which a rounding change can flip
 # through near-tied assignments. GPT-2-124M's attention matrices (589,824 entries) are above it.
 SCORING_FLOAT64_UP_TO = 1 << 18
+
+# Unit similarities (an assignment's costs) whose product takes at least this many multiply-adds are formed from
+# bfloat16 inputs (float32 sums, the result rounded to bfloat16) where the hardware multiplies bfloat16 natively (3.7× float32's speed
+# on these AVX-512 cores: 790 against 212 GFLOP/s). An assignment needs the ranking of similarities, and the
+# rounding (2^-9 relative per entry) only reorders units whose similarities are tied to that precision. GPT-2-124M's
+# MLP (3072² × 768 ≈ 2^32.7) is above it; every model of the suite (benchmarks/suite.py; at most 1024² × 256) keeps
+# the float32 products its defaults were chosen on.
+SCORING_BFLOAT16_FROM = 1 << 32
+
+
+def ranking_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x·yᵀ in float32, from bfloat16 inputs when it is big enough (SCORING_BFLOAT16_FROM) and bfloat16 products
+    are native here: for similarities that only rank."""
+    big = x.shape[0] * y.shape[0] * x.shape[-1] >= SCORING_BFLOAT16_FROM
+    if big and bfloat16_native(x.device):
+        return (x.bfloat16() @ y.bfloat16().T).float()  # float32 sums, rounded once to bfloat16 at the end
+    return x.float() @ y.float().T
+
+
+def bfloat16_native(device: torch.device) -> bool:
+    """Whether bfloat16 matrix products are fast on `device` (CUDA with bfloat16 support; a CPU with oneDNN's
+    bfloat16 kernels)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 @dataclass
@@ -61,19 +86,31 @@ def check_compatible(model_a, model_b):
     return adapter, arch_a
 
 
-def canonical_pair(model_a, model_b):
-    """(adapter, arch, canonical view of A, canonical view of B); refuses pairs of different architectures."""
+def canonical_pair(model_a, model_b, park_big: bool = False):
+    """(adapter, arch, canonical view of A, canonical view of B); refuses pairs of different architectures.
+    `park_big`: canonical_cpu_view's."""
     adapter, arch = check_compatible(model_a, model_b)
-    return adapter, arch, canonical_cpu_view(adapter, model_a), canonical_cpu_view(adapter, model_b)
+    return (adapter, arch, canonical_cpu_view(adapter, model_a, park_big),
+            canonical_cpu_view(adapter, model_b, park_big))
 
 
-def canonical_cpu_view(adapter, model) -> dict:
+# Views of at least this many entries are parked (glmc/memory.py park) by the streaming methods: the two float32
+# views of a 1.1B pair are 8.8 GB, and weight matching reads them one block at a time (release_keys after each)
+PARK_VIEWS_FROM = 1 << 28
+PARK_TENSORS_FROM = 1 << 16  # entries; smaller tensors (norms, biases) stay resident
+
+
+def canonical_cpu_view(adapter, model, park_big: bool = False) -> dict:
     """The model's canonical view, canonicalised, as float32 CPU tensors detached from the model. Each weight's
     mapped checkpoint pages go back to the OS as soon as it has been copied, and the freed temporaries after
-    canonicalisation (glmc/memory.py): the peak is the view plus one tensor, not the view plus the checkpoint."""
+    canonicalisation (glmc/memory.py): the peak is the view plus one tensor, not the view plus the checkpoint.
+    `park_big`: a view of PARK_VIEWS_FROM entries or more is parked before it is returned, so a pair holds one
+    view at a time resident while it is built, and the caller's streaming passes one block."""
     pages = FilePages()
     view = adapter.to_canonical(model, copy=_float32_cpu_copy, after=pages.release)
     view = canonicalise(view, adapter.arch(model), inplace=True)
+    if park_big and sum(t.numel() for t in view.values()) >= PARK_VIEWS_FROM:
+        park(view, list(view), min_elements=PARK_TENSORS_FROM)
     trim()
     return view
 
@@ -111,18 +148,24 @@ def simple_residual(acts: list) -> bool:
 
 def view_distance(view_a: dict, view_b: dict) -> float:
     """Σ‖A − B‖² / Σ‖A‖² over every tensor: 0 when B's weights coincide with A's."""
-    return sum(squared_norm(view_a[k], view_b[k]) for k in view_a) / sum(squared_norm(view_a[k]) for k in view_a)
+    num = den = 0.0
+    for k in view_a:
+        num += squared_norm(view_a[k], view_b[k])
+        den += squared_norm(view_a[k])
+        release_keys([k], view_a, view_b)
+    return num / den
 
 
 def squared_norm(x: torch.Tensor, y: torch.Tensor | None = None) -> float:
-    """‖x − y‖² (‖x‖² without y): float32 differences summed in float64, a slice of rows at a time, so a
-    vocabulary-sized matrix never gets a float64 or difference copy of its own (0.3 GB and 0.15 GB at 124M)."""
+    """‖x − y‖² (‖x‖² without y): float32 differences squared and summed in float64, a slice of rows at a time,
+    so a vocabulary-sized matrix never gets a float64 or difference copy of its own (0.3 GB and 0.15 GB at 124M).
+    Slices of 2^18 entries (1 MB) stay in cache: 4× faster than 2^21 with vector_norm's float64 cast."""
     x = x.reshape(-1, x.shape[-1]) if x.dim() > 1 else x.reshape(1, -1)
     y = None if y is None else y.reshape(x.shape)
     total = 0.0
-    for rows in row_slices(*x.shape):
+    for rows in row_slices(*x.shape, 1 << 18):
         part = x[rows] if y is None else x[rows] - y[rows]
-        total += float(torch.linalg.vector_norm(part, dtype=torch.float64) ** 2)
+        total += float(part.pow(2).sum(dtype=torch.float64))
     return total
 
 

@@ -71,10 +71,8 @@ def solve_group(group, view_a: dict, view_b: dict, scaled=frozenset()):
             return torch.cat(parts, -1) if parts else torch.zeros(spec.size, 1, dtype=torch.float64)
 
         xa, xb, ya, yb = stack(co, view_a), stack(co, view_b), stack(contra, view_a), stack(contra, view_b)
-        s = best_complex_scale(xb.to(torch.complex128), xa.to(torch.complex128), yb.to(torch.complex128),
-                               ya.to(torch.complex128), xa.pow(2).sum().clamp_min(1e-30),
-                               ya.pow(2).sum().clamp_min(1e-30))
-        return ScaleMap(s.real.float())
+        s = best_complex_scale(xb, xa, yb, ya, xa.pow(2).sum().clamp_min(1e-30), ya.pow(2).sum().clamp_min(1e-30))
+        return ScaleMap(s.float())
     try:
         m = torch.zeros(spec.size, spec.size, dtype=torch.float64)
         for a in group.actions:

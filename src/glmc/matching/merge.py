@@ -35,6 +35,7 @@ from glmc.matching.common import (
 from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 from glmc.matching.nullspace import fill_exact, free_probes
 from glmc.matching.residual_fit import moved_part
+from glmc.memory import release_keys
 from glmc.options import MergeOptions as M
 from glmc.symmetry.transform import Transform
 from glmc.view.model_ops import widen_model
@@ -43,7 +44,7 @@ from glmc.view.model_ops import widen_model
 def canonical_views(models: list):
     for m in models[1:]:
         adapter, arch = check_compatible(models[0], m)
-    return adapter, arch, [canonical_cpu_view(adapter, m) for m in models]
+    return adapter, arch, [canonical_cpu_view(adapter, m, park_big=True) for m in models]
 
 
 def average(views: list, weights) -> dict:
@@ -58,6 +59,7 @@ def moved_average(views: list, transforms: list, weights, arch) -> tuple[dict, f
         parts = [moved_part(v, keys, t.elements, arch) for t, v in zip(transforms, views)]
         avg = average(parts, weights)
         spread += sum(squared_norm(p[k], avg[k]) for p in parts for k in keys)
+        release_keys(keys, *views)
         out.update(avg)
     return out, spread
 

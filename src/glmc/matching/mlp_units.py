@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from glmc.matching.assignments import assignment
+from glmc.matching.common import SCORING_BFLOAT16_FROM, ranking_product
 from glmc.symmetry.elements import IndexMap, ScaleMap
 from glmc.symmetry.solvers import best_complex_scale
 
@@ -29,23 +30,24 @@ def gated_mlp_similarity(view_a, view_b, i) -> torch.Tensor:
     def cos(a, b):
         a, b = a.float(), b.float()
         a, b = a / a.norm(dim=-1, keepdim=True).clamp_min(1e-30), b / b.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        return (a @ b.T).abs()
+        return ranking_product(a, b).abs_()
 
     gate_a, gate_b = _unit_rows(view_a, p, "gate").float(), _unit_rows(view_b, p, "gate").float()
-    s = gate_a @ gate_b.T / (gate_a.norm() * gate_b.norm() / gate_a.shape[0]).clamp_min(1e-30)
-    return (s + cos(_unit_rows(view_a, p, "in"), _unit_rows(view_b, p, "in"))
-            + cos(view_a[p + "out.w"], view_b[p + "out.w"]))
+    s = ranking_product(gate_a, gate_b).div_((gate_a.norm() * gate_b.norm() / gate_a.shape[0]).clamp_min(1e-30))
+    s += cos(_unit_rows(view_a, p, "in"), _unit_rows(view_b, p, "in"))
+    s += cos(view_a[p + "out.w"], view_b[p + "out.w"])
+    return s
 
 
 def fit_mlp_scale(view_a, view_b, i) -> ScaleMap:
     """Per-unit s with s·up_B ≈ up_A (bias included) and down_B/s ≈ down_A, in closed form (best_complex_scale,
     real)."""
     p = f"blocks.{i}.mlp."
-    ua, ub = (_unit_rows(view, p, "in").double() for view in (view_a, view_b))
-    da, db = (view[p + "out.w"].double() for view in (view_a, view_b))
-    s = best_complex_scale(ub.to(torch.complex128), ua.to(torch.complex128), db.to(torch.complex128),
-                           da.to(torch.complex128), ua.pow(2).sum().clamp_min(1e-30), da.pow(2).sum().clamp_min(1e-30))
-    return ScaleMap(s.real.float())
+    ua, ub = (_unit_rows(view, p, "in") for view in (view_a, view_b))
+    da, db = (view[p + "out.w"] for view in (view_a, view_b))
+    s = best_complex_scale(ub, ua, db, da, ua.pow(2).sum(dtype=torch.float64).clamp_min(1e-30),
+                           da.pow(2).sum(dtype=torch.float64).clamp_min(1e-30))
+    return ScaleMap(s.float())
 
 
 def match_mlp(view_a, view_b, i) -> IndexMap:
@@ -76,10 +78,14 @@ def mlp_similarity(view_a, view_b, i, kind_name: str = "inner") -> torch.Tensor:
     if kind_name != "inner":
         return signature_similarity(view_a, view_b, i, kind_name)
     p = f"blocks.{i}.mlp."
-    # float32 products: an assignment needs the ranking of similarities, not their last digits; the second one
-    # accumulates in place (an n×n temporary fewer: 38 MB at GPT-2-124M, beside the assignments' float64 costs)
-    s = view_a[p + "in.w"].float() @ view_b[p + "in.w"].float().T
-    s.addmm_(view_a[p + "out.w"].float(), view_b[p + "out.w"].float().T)
+    # float32 products (bfloat16 ones at real sizes: ranking_product): an assignment needs the ranking of
+    # similarities, not their last digits; the second accumulates in place (an n×n temporary fewer)
+    a_in, b_in, a_out, b_out = (v[p + k].float() for k in ("in.w", "out.w") for v in (view_a, view_b))
+    if a_in.shape[0] * b_in.shape[0] * a_in.shape[1] >= SCORING_BFLOAT16_FROM:
+        s = ranking_product(torch.cat([a_in, a_out], -1), torch.cat([b_in, b_out], -1))
+    else:
+        s = a_in @ b_in.T
+        s.addmm_(a_out, b_out.T)
     if p + "in.b" in view_a:
         s.addr_(view_a[p + "in.b"].float(), view_b[p + "in.b"].float())
     return s

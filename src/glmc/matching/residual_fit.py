@@ -17,7 +17,7 @@ from glmc.matching.common import (
     simple_residual,
     squared_norm,
 )
-from glmc.memory import trim
+from glmc.memory import release_keys, trim
 from glmc.symmetry.elements import float32_moves
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.transform import apply_elements
@@ -94,6 +94,7 @@ class ResidualPass:
                 if terms is None:
                     terms = self._terms(view_a[k], part[k], k in wanted, weighting, rows.get(k))
                 _add(fresh if same else moved, terms)
+            release_keys(chunk, view_a, view_b)
         if cached is None:
             cached = fresh
             if unmoved is not None:
@@ -144,6 +145,7 @@ def streamed_distance(view_a: dict, view_b: dict, elements: dict, arch) -> float
         for k in keys:
             num += squared_norm(view_a[k], part[k])
             den += squared_norm(view_a[k])
+        release_keys(keys, view_a, view_b)
     return num / den
 
 

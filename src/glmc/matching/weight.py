@@ -59,7 +59,7 @@ def align(model_a, model_b, *, iterations: int = W.iterations, residual: str | N
                               progress=progress)
     if resolve_algorithm(model_a, mode, algorithm, **glmc_only) == "paper":
         return _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps)
-    adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
+    adapter, arch, view_a, view_b = canonical_pair(model_a, model_b, park_big=True)
     restarts = default_restarts(view_a) if restarts is None else restarts
     head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
     rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
