@@ -111,7 +111,7 @@ def canonical_cpu_view(adapter, model, park_big: bool = False) -> dict:
     view = canonicalise(view, adapter.arch(model), inplace=True)
     if park_big and sum(t.numel() for t in view.values()) >= PARK_VIEWS_FROM:
         park(view, list(view), min_elements=PARK_TENSORS_FROM)
-    trim()
+    trim(force=True)
     return view
 
 
@@ -211,10 +211,10 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
         del plain
     report["distance_after"] = view_distance(view_a, moved)
     b_aligned = adapter.from_canonical(moved, model_b, consume=True).to(model_device(model_b))
-    trim()
+    trim(force=True)
     report["max_dlogits_b"] = max_logit_change(model_b, b_aligned)
     canon_a = adapter.from_canonical(view_a, model_a, consume=True).to(model_device(model_a))
-    trim()
+    trim(force=True)
     report["max_dlogits_a"] = max_logit_change(model_a, canon_a)
     worst = max(report["max_dlogits_a"], report["max_dlogits_b"])
     if not worst <= tol:

@@ -53,7 +53,7 @@ def load_checked(path):
             raise
         raise BadCheckpoint(f"cannot load {path}: corrupt safetensors file ({_first_line(e)}); {RESAVE}") from e
     check_finite(model, path)
-    trim()
+    trim(force=True)
     return model, record
 
 
