@@ -22,10 +22,10 @@ def _direct_best_scale(zx_b, zx_a, zy_b, zy_a, nx, ny):
 
 def test_best_scale_from_sums_matches_the_direct_fit_real_and_complex():
     g = torch.Generator().manual_seed(0)
+    shape = (6, 5, 40)
     for complex_ in (False, True):
-        shape = (6, 5, 40)
 
-        def rnd():
+        def rnd(complex_=complex_):
             t = torch.randn(shape, generator=g, dtype=torch.float64)
             return torch.complex(t, torch.randn(shape, generator=g, dtype=torch.float64)) if complex_ else t
 
@@ -41,7 +41,8 @@ def test_best_scale_from_sums_matches_the_direct_fit_real_and_complex():
 
 def test_best_scale_recovers_a_planted_real_scale_exactly():
     g = torch.Generator().manual_seed(1)
-    ub, db = torch.randn(50, 30, generator=g, dtype=torch.float64), torch.randn(50, 20, generator=g, dtype=torch.float64)
+    ub = torch.randn(50, 30, generator=g, dtype=torch.float64)
+    db = torch.randn(50, 20, generator=g, dtype=torch.float64)
     s = torch.rand(50, generator=g, dtype=torch.float64) * 3 + 0.1
     s[::2] *= -1
     got = best_complex_scale(ub, s[:, None] * ub, db, db / s[:, None], torch.tensor(1.0), torch.tensor(1.0))
@@ -111,13 +112,12 @@ def test_ranking_product_is_float32_and_close_to_the_exact_one():
 def test_weight_matching_of_parked_views_finds_the_same_transform(monkeypatch):
     """Big pairs are parked and streamed a block at a time (PARK_VIEWS_FROM); a tiny pair made to take that path
     gets the transform and the function check of the resident one."""
-    from factories import llama
-
     import sys
     import tempfile
 
     import glmc
     import glmc.memory as memory
+    from factories import llama
     from glmc.adapters import adapter_for
     from glmc.matching import common
 

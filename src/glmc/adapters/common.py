@@ -164,12 +164,10 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
     """{name on disk: shape} of every parameter of the transformers model config.json describes (tied ones once),
     built on the meta device (no memory, no weights) and named as save_pretrained names them, with the class's
     base_model_prefix under key None. None if this transformers version does not expose its on-disk naming."""
-    import transformers
+    import importlib.util
 
-
-    try:  # transformers 5 renames some weights between modules and files; save_pretrained applies this
-        from transformers.core_model_loading import revert_weight_conversion
-    except ImportError:
+    # transformers 5 renames some weights between modules and files; save_pretrained applies this
+    if importlib.util.find_spec("transformers.core_model_loading") is None:
         return None
     try:
         text = (Path(path) / "config.json").read_text()

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from glmc.errors import BadOption
+from glmc.memory import release_parked
 from glmc.models import read_record, write_model_files
 from glmc.models.hub import snapshot
 
@@ -101,6 +102,7 @@ def write_like(model, source_dir, target, dtype=None, max_shard_size=None) -> No
             record = {**record, "derived_from": str(source_dir)}
     Path(target).mkdir(parents=True, exist_ok=True)
     write_model_files(model, Path(target), record=record, tokenizer=tokenizer, max_shard_size=max_shard_size)
+    release_parked(model.parameters())  # a parked model's pages, read by the write, go back (glmc/memory.py)
 
 
 def resolve_model_path(path_or_id, revision=None, cache_dir=None) -> Path:

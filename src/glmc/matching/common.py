@@ -16,7 +16,7 @@ from glmc.adapters import adapter_for
 from glmc.errors import IncompatibleModels
 from glmc.invariance import probe_inputs
 from glmc.matching.nullspace import fill_exact
-from glmc.memory import FilePages, paged_forward, park, release_keys, row_slices, trim
+from glmc.memory import FilePages, is_parked, paged_forward, park, release_keys, row_slices, trim
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys, instantiate
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
@@ -31,9 +31,10 @@ RESIDUAL_KEYS = WRITERS + NORM_BIASES + READERS
 SCORING_FLOAT64_UP_TO = 1 << 18
 
 # Unit similarities (an assignment's costs) whose product takes at least this many multiply-adds are formed from
-# bfloat16 inputs (float32 sums, the result rounded to bfloat16) where the hardware multiplies bfloat16 natively (3.7× float32's speed
-# on these AVX-512 cores: 790 against 212 GFLOP/s). An assignment needs the ranking of similarities, and the
-# rounding (2^-9 relative per entry) only reorders units whose similarities are tied to that precision. GPT-2-124M's
+# bfloat16 inputs (float32 sums, the result rounded to bfloat16) where the hardware multiplies bfloat16 natively
+# (3.7× float32's speed on these AVX-512 cores: 790 against 212 GFLOP/s). An assignment needs the ranking of
+# similarities, and the rounding (2^-9 relative per entry) only reorders units whose similarities are tied to that
+# precision. GPT-2-124M's
 # MLP (3072² × 768 ≈ 2^32.7) is above it; every model of the suite (benchmarks/suite.py; at most 1024² × 256) keeps
 # the float32 products its defaults were chosen on.
 SCORING_BFLOAT16_FROM = 1 << 32
@@ -232,12 +233,16 @@ def layer_chunks(view: dict, n_layer: int) -> list[list[str]]:
     return blocks + [[k] for k in view if k not in inside]
 
 
-def move_consuming(view: dict, transform: Transform, arch) -> dict:
+def move_consuming(view: dict, transform: Transform, arch, keep_parked: bool = False) -> dict:
     """π(view), one chunk at a time (layer_chunks), popping each chunk's tensors from `view` as it is moved: one
-    model-sized copy at the peak rather than two. `view` is left empty."""
+    model-sized copy at the peak rather than two. `view` is left empty. `keep_parked`: a chunk read from parked
+    tensors is parked again once moved (a merge of big models holds several moved views)."""
     out = {}
     for keys in layer_chunks(view, arch.n_layer):
+        was_parked = keep_parked and any(is_parked(view[k]) for k in keys)
         out.update(apply_elements({k: view.pop(k) for k in keys}, transform.elements, arch, strict=False))
+        if was_parked:
+            park(out, keys, min_elements=PARK_TENSORS_FROM)
         trim()
     return out
 

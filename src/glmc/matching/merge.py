@@ -22,6 +22,7 @@ from glmc.errors import BadOption, IncompatibleModels
 from glmc.matching.alternation import weight_matching
 from glmc.matching.common import (
     FUNCTION_TOL,
+    PARK_TENSORS_FROM,
     canonical_cpu_view,
     check_compatible,
     check_options,
@@ -35,7 +36,7 @@ from glmc.matching.common import (
 from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 from glmc.matching.nullspace import fill_exact, free_probes
 from glmc.matching.residual_fit import moved_part
-from glmc.memory import release_keys
+from glmc.memory import is_parked, park, release_keys
 from glmc.options import MergeOptions as M
 from glmc.symmetry.transform import Transform
 from glmc.view.model_ops import widen_model
@@ -56,10 +57,13 @@ def moved_average(views: list, transforms: list, weights, arch) -> tuple[dict, f
     own, so merging k models holds their k views and the average, not 2k + 1 model-sized copies."""
     out, spread = {}, 0.0
     for keys in layer_chunks(views[0], arch.n_layer):
+        parked = any(is_parked(v[k]) for v in views for k in keys)
         parts = [moved_part(v, keys, t.elements, arch) for t, v in zip(transforms, views)]
         avg = average(parts, weights)
         spread += sum(squared_norm(p[k], avg[k]) for p in parts for k in keys)
         release_keys(keys, *views)
+        if parked:  # big models: the average waits on disk too, beside the views it came from
+            park(avg, keys, min_elements=PARK_TENSORS_FROM)
         out.update(avg)
     return out, spread
 
@@ -124,7 +128,8 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
         merged_view = average(aligned_views, weights)
     else:  # streamed: the average first, then each view is moved and rebuilt as it is consumed
         merged_view, _ = moved_average(views, transforms, weights, arch)
-        aligned_views = [move_consuming(v, t, arch) if t.elements else v for t, v in zip(transforms, views)]
+        aligned_views = [move_consuming(v, t, arch, keep_parked=True) if t.elements else v
+                         for t, v in zip(transforms, views)]
     del views
     # each view is consumed by its rebuild, so the views and the models are never all held at once
     aligned = [adapter.from_canonical(v, m, consume=True).to(model_device(m)) for v, m in zip(aligned_views, models)]
