@@ -35,10 +35,9 @@ from glmc.matching.common import (
 )
 from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 from glmc.matching.nullspace import fill_exact, free_probes
-from glmc.matching.residual_fit import moved_part
-from glmc.memory import is_parked, park, release_keys
+from glmc.memory import is_parked, park, release_keys, trim
 from glmc.options import MergeOptions as M
-from glmc.symmetry.transform import Transform
+from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.model_ops import widen_model
 
 
@@ -58,13 +57,16 @@ def moved_average(views: list, transforms: list, weights, arch) -> tuple[dict, f
     out, spread = {}, 0.0
     for keys in layer_chunks(views[0], arch.n_layer):
         parked = any(is_parked(v[k]) for v in views for k in keys)
-        parts = [moved_part(v, keys, t.elements, arch) for t, v in zip(transforms, views)]
+        # exact moves (not moved_part's scoring precision): the average is written
+        parts = [apply_elements({k: v[k] for k in keys}, t.elements, arch, strict=False)
+                 for t, v in zip(transforms, views)]
         avg = average(parts, weights)
         spread += sum(squared_norm(p[k], avg[k]) for p in parts for k in keys)
         release_keys(keys, *views)
         if parked:  # big models: the average waits on disk too, beside the views it came from
             park(avg, keys, min_elements=PARK_TENSORS_FROM)
         out.update(avg)
+        trim()
     return out, spread
 
 
@@ -120,13 +122,15 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
         transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress, mode,
                                             **learned_options)
         report["learned"] = fit
-    if null_space == "fixed" and len(widened) < k:
+    if null_space == "fixed" and widened and len(widened) < k:
         aligned_views = [t.apply(v, arch) if t.elements else v for t, v in zip(transforms, views)]
         aligned_views, fills = _fill_widened(aligned_views, views, transforms, widened, weights, arch)
         # model index -> {key: tensor added after its transform}; tensors, popped by the CLI (not JSON)
         report.update(null_space="fixed", fills=fills)
         merged_view = average(aligned_views, weights)
     else:  # streamed: the average first, then each view is moved and rebuilt as it is consumed
+        if null_space == "fixed":  # nothing was embedded, so nothing to fill (before: three whole-model copies)
+            report.update(null_space="fixed", fills={})
         merged_view, _ = moved_average(views, transforms, weights, arch)
         aligned_views = [move_consuming(v, t, arch, keep_parked=True) if t.elements else v
                          for t, v in zip(transforms, views)]
