@@ -97,6 +97,10 @@ def shape_parser(doc: str) -> argparse.ArgumentParser:
 
 def write_report(out: Path, name: str, row: dict, header: list[str], cells: list[str]) -> None:
     """`name`.json (the row) and `name`.md (a one-row table) under `out`, and the table on stdout."""
+    from glmc.provenance import provenance
+
+    # which code, versions and machine made the figures (the row's own keys stay as they were)
+    row.setdefault("provenance", provenance(options={"argv": sys.argv[1:]}, device=row.get("device")))
     print(json.dumps(row), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(row, indent=1) + "\n")
