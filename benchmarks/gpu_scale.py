@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learned_step import timed_steps  # noqa: E402
 from scale import LLAMA_PRESETS, build_pair, run_measured  # noqa: E402
 from scale_neox import build_pair as build_neox_pair  # noqa: E402
 
@@ -115,18 +116,11 @@ def step_learned(a: Path, b: Path, device: str, batch: int, context: int, steps:
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, SimpleNamespace(task="lm"), [init],
                        device=torch.device(device))
     data = {k: v.to(device) for k, v in _tokens(template.config.vocab_size, batch, context).items()}
-    opt = m.optimizer()
-    times = []
-    for i in range(steps + 1):
-        t0 = time.perf_counter()
-        m.train_step(data, [0.5, 0.5], opt)
-        _sync(device)
-        if i:
-            times.append(time.perf_counter() - t0)
+    seconds = timed_steps(m, data, steps, device)
     # the exact transform the latents project to, applied to B: its function must be B's
     moved = m.transforms()[-1].apply(canonical_cpu_view(adapter, mb), arch)
     moved = adapter.from_canonical(moved, mb).to(device)
-    return {"seconds_per_step": sum(times) / len(times), "max_dlogits": max_logit_change(mb, moved)}
+    return {"seconds_per_step": seconds, "max_dlogits": max_logit_change(mb, moved)}
 
 
 def step_barrier(a: Path, b: Path, device: str, batch: int, context: int, points: int, **_) -> dict:

@@ -83,15 +83,20 @@ def part_learned(a_path: str, b_path: str, batch: int, context: int, steps: int,
     m = LearnedMatcher([view_a, view_b], adapter, arch, template, SimpleNamespace(task="lm"), [init],
                        device=torch.device(device), checkpoint=checkpoint)
     data = _batch(template.config.vocab_size, batch, context)
-    opt = m.optimizer()
+    return {"seconds_per_step": timed_steps(m, data, steps, device)}
+
+
+def timed_steps(matcher, data, steps: int, device: str) -> float:
+    """Mean seconds of `steps` learned-matching steps at λ = ½, after one warm-up step."""
+    opt = matcher.optimizer()
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        m.train_step(data, [0.5, 0.5], opt)
+        matcher.train_step(data, [0.5, 0.5], opt)
         _sync(device)
         if i:
             times.append(time.perf_counter() - t0)
-    return {"seconds_per_step": sum(times) / len(times)}
+    return sum(times) / len(times)
 
 
 def _sync(device: str) -> None:

@@ -48,3 +48,26 @@ def test_a_typed_or_mixed_table_is_caught(suite, tmp_path):
     dirty = {**row, "provenance": {**row["provenance"], "code": {**row["provenance"]["code"], "dirty": True}}}
     with pytest.raises(ValueError, match="clean commit"):
         tables.one_run({**suite, "rows": [dirty]})
+
+
+def test_scale_guide_table_is_the_scale_results():
+    """docs/guide/scale.md's table is what benchmarks/results/scale/*.json give, all from one clean commit."""
+    import scale_table  # benchmarks/scale_table.py
+
+    rows = scale_table.load()
+    assert all(len(r["provenance"]["code"]["commit"]) == 40 and r["max_dlogits"] <= 1e-4 for r in rows)
+    assert scale_table.block(scale_table.GUIDE.read_text()) == scale_table.lines(rows)
+
+
+def test_scale_results_of_two_codes_are_refused(tmp_path):
+    import json
+
+    import scale_table
+
+    for name in scale_table.RUNS:
+        row = json.loads((scale_table.RESULTS / f"{name}.json").read_text())
+        if name == "scale":
+            row["provenance"]["code"]["commit"] = "0" * 40
+        (tmp_path / f"{name}.json").write_text(json.dumps(row))
+    with pytest.raises(ValueError, match="different codes"):
+        scale_table.load(tmp_path)
