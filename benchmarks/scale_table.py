@@ -32,7 +32,7 @@ def lines(rows: list[dict]) -> list[str]:
     out = ["| pair (random weights, float32) | params | command | wall s | peak RSS GB | notes |",
            "|---|---|---|---|---|---|"]
     for r in rows:
-        its = f"{r['iterations']} iterations ({r['seconds_per_iteration']:.1f} s each)"
+        its = f"{r['iterations']} iterations, alignment {r['align_seconds']:.0f} s"
         out.append(f"| {r['model']} | {r['parameters'] / 1e6:.0f} M | `align --method weight` | "
                    f"{r['wall_seconds']:.0f} | {r['peak_rss_gb']:.2f} | {its}, max \\|Δlogits\\| "
                    f"{r['max_dlogits']:.1e} |")

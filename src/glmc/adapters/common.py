@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib.util
 import json
 from pathlib import Path
 
@@ -164,8 +165,6 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
     """{name on disk: shape} of every parameter of the transformers model config.json describes (tied ones once),
     built on the meta device (no memory, no weights) and named as save_pretrained names them, with the class's
     base_model_prefix under key None. None if this transformers version does not expose its on-disk naming."""
-    import importlib.util
-
     # transformers 5 renames some weights between modules and files; save_pretrained applies this
     if importlib.util.find_spec("transformers.core_model_loading") is None:
         return None
