@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learned_step import timed_steps  # noqa: E402
+from learned_step import _sync, timed_steps  # noqa: E402
 from scale import LLAMA_PRESETS, build_pair, run_measured  # noqa: E402
 from scale_neox import build_pair as build_neox_pair  # noqa: E402
 
@@ -70,13 +70,6 @@ def _tokens(vocab: int, batch: int, context: int, seed: int = 0) -> dict:
 
     ids = torch.randint(0, vocab, (batch, context + 1), generator=torch.Generator().manual_seed(seed))
     return {"input_ids": ids[:, :-1], "targets": ids[:, 1:]}
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _device_peak(device: str) -> float | None:
