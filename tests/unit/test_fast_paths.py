@@ -139,3 +139,41 @@ def test_weight_matching_of_parked_views_finds_the_same_transform(monkeypatch):
             else:  # permutations
                 assert torch.equal(got, t), name
     assert parked.report["max_dlogits_b"] <= 1e-4
+
+
+def _dense_optimum(s):
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = linear_sum_assignment(s.double().numpy(), maximize=True)
+    return float(s.double()[rows, cols].sum())
+
+
+def test_candidate_assignment_finds_the_dense_optimum_on_random_and_planted_problems(monkeypatch):
+    from glmc.matching import assignments
+
+    monkeypatch.setattr(assignments, "SPARSE_FROM", 256)
+    gen = torch.Generator().manual_seed(0)
+    n = 400
+    a, b = torch.randn(n, 200, generator=gen), torch.randn(n, 200, generator=gen)
+    planted = torch.randperm(n, generator=gen)
+    for strength in (0.0, 0.05, 1.0):  # no structure (the hard case), faint, clear
+        s = a @ b.T + strength * 200 * torch.eye(n)[planted]  # s[i, planted[i]] raised
+        got = assignments.assignment(s)
+        assert sorted(got.src.tolist()) == list(range(n))  # a permutation
+        value = float(s.double()[torch.arange(n), got.src].sum())
+        assert abs(value - _dense_optimum(s)) <= 1e-9 * abs(value)
+        if strength == 1.0:
+            assert torch.equal(got.src, planted)
+
+
+def test_candidate_assignment_without_a_perfect_matching_falls_back_to_the_dense_solver(monkeypatch):
+    from glmc.matching import assignments
+
+    monkeypatch.setattr(assignments, "SPARSE_FROM", 8)
+    monkeypatch.setattr(assignments, "SPARSE_CANDIDATES", 2)
+    # every row's two best columns are 0 and 1, so the candidates cover two columns of 16: no perfect matching
+    s = torch.rand(16, 16, generator=torch.Generator().manual_seed(1))
+    s[:, :2] += 10
+    assert assignments._candidate_assignment(assignments._cost(s), 2) == (None, None)
+    got = assignments.assignment(s)
+    assert abs(float(s.double()[torch.arange(16), got.src].sum()) - _dense_optimum(s)) <= 1e-9
