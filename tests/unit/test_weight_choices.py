@@ -129,3 +129,15 @@ def test_fixed_permutations_still_fit_the_continuous_maps_and_a_given_first_map_
     exact = planted.inverse(arch)["residual"]
     _, log = weight_matching(dict(va), dict(vb), arch, iterations=1, progress=False, first_maps=[exact])
     assert [s["distance"] for s in log if s["step"] == 1][0] < 1e-8
+
+
+def test_reported_distance_after_is_the_distance_of_the_returned_models():
+    # weight matching reports the distance its alternation measured instead of measuring the moved model again
+    from glmc.matching.common import canonical_pair, view_distance
+
+    model_a, model_b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
+    al = align(model_a, model_b, method="weight", progress=False, algorithm="glmc")
+    _, _, view_a, view_b = canonical_pair(al.model_a, al.model_b)
+    measured = view_distance(view_a, view_b)
+    assert al.report["distance_after"] < al.report["distance_before"]
+    assert abs(al.report["distance_after"] - measured) <= 1e-6 * measured

@@ -210,7 +210,8 @@ def finish(model_a, model_b, adapter, arch, view_a, view_b, transform: Transform
         moved, filled = fill_exact(view_a if fill_target is None else fill_target, plain, probes, transform, arch)
         report["null_space_fill"] = {"tensors": len(filled), "distance_without": view_distance(view_a, plain)}
         del plain
-    report["distance_after"] = view_distance(view_a, moved)
+    if filled is not None or "distance_after" not in report:  # a method that has measured it already says so
+        report["distance_after"] = view_distance(view_a, moved)
     b_aligned = adapter.from_canonical(moved, model_b, consume=True).to(model_device(model_b))
     trim(force=True)
     report["max_dlogits_b"] = max_logit_change(model_b, b_aligned)

@@ -68,7 +68,9 @@ def align(model_a, model_b, *, iterations: int = W.iterations, residual: str | N
                              unit_similarity=unit_similarity, rows=rows, weighting=weighting, restarts=restarts)
     report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps,
               "restarts": restarts, "iterations": log,
-              "transform": t.describe(), "distance_before": log[0]["distance"]}
+              "transform": t.describe(), "distance_before": log[0]["distance"],
+              # the alternation measured the distance of the transform it returns (a pass over both views fewer)
+              "distance_after": log[-1]["distance"]}
     probes = free_probes(view_b, arch.n_layer) if fill else None
     return finish(model_a, model_b, adapter, arch, view_a, view_b, t, report, probes=probes)
 
