@@ -51,7 +51,13 @@ from glmc.matching.assignments import LSA_QUEUED, LSA_WORKERS, Assignments
 from glmc.matching.common import layer_chunks, residual_keys, view_distance
 from glmc.matching.declared import match_declared
 from glmc.matching.heads import centred_scores, head_factors, match_grouped_heads, match_heads
-from glmc.matching.mlp_units import UNIT_SIMILARITIES, fit_mlp_scale, gated_mlp_similarity, mlp_similarity
+from glmc.matching.mlp_units import (
+    UNIT_SIMILARITIES,
+    fit_mlp_scale,
+    gated_mlp_similarity,
+    mlp_similarity,
+    ranked_in_bfloat16,
+)
 from glmc.matching.residual_fit import (
     WEIGHTINGS,
     ResidualPass,
@@ -116,7 +122,9 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
                 release_keys(part, view_a)
 
     for i in range(arch.n_layer):
-        rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch)
+        # what only the bfloat16 unit ranking reads is moved in bfloat16 (the rest in float32)
+        low = ranked_in_bfloat16(view_a, view_b, i, unit_similarity) if permutations else ()
+        rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch, low)
         fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
         # the head comparison each declared kind of per-head maps leaves unchanged ("circuit": whole circuits)
         qk, ov = ((groups[r].group() if r in groups and head_similarity == "auto" else None) for r in ("qk", "ov"))

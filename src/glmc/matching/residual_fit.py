@@ -18,7 +18,7 @@ from glmc.matching.common import (
     squared_norm,
 )
 from glmc.memory import release_keys, trim
-from glmc.symmetry.elements import float32_moves
+from glmc.symmetry.elements import bfloat16_moves, float32_moves
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.transform import apply_elements
 
@@ -49,12 +49,18 @@ def _weight(weighting: str, na: float, nb: float, rows: int) -> float:
     return 1.0 / max(math.sqrt(na * nb), 1e-30) if weighting == "norms" else 1.0
 
 
-def moved_part(view: dict, keys, elements: dict, arch) -> dict:
-    """π(view) restricted to `keys` (a new dict; the view is not modified). Every streaming pass calls this once
+def moved_part(view: dict, keys, elements: dict, arch, bfloat16_keys=()) -> dict:
+    """π(view) restricted to `keys` (a new dict; the view is not modified); those also in `bfloat16_keys` are moved
+    in bfloat16 (for a caller that only ranks them from bfloat16 products). Every streaming pass calls this once
     per block, so it is also where the previous block's freed temporaries go back to the OS (glmc/memory.py)."""
     trim()
+    low = [k for k in keys if k in bfloat16_keys]
     with float32_moves(SCORING_FLOAT64_UP_TO):  # the parts are only scored, never written
-        return apply_elements({k: view[k] for k in keys}, elements, arch, strict=False)
+        out = apply_elements({k: view[k] for k in keys if k not in low}, elements, arch, strict=False)
+        if low:
+            with bfloat16_moves():
+                out.update(apply_elements({k: view[k] for k in low}, elements, arch, strict=False))
+    return out
 
 
 class ResidualPass:

@@ -141,6 +141,22 @@ class IndexMap:
 FLOAT64_UP_TO: ContextVar[int] = ContextVar("FLOAT64_UP_TO", default=1 << 20)
 
 
+# tensors of at least this many entries are moved in bfloat16 inside `bfloat16_moves` (None: never); only for moves
+# whose result feeds nothing but a ranking made from bfloat16 products anyway (weight matching's unit similarities)
+BFLOAT16_FROM: ContextVar[int | None] = ContextVar("BFLOAT16_FROM", default=None)
+
+
+@contextmanager
+def bfloat16_moves(from_entries: int = 0):
+    """Inside this block LinearMaps move float32 tensors of at least `from_entries` entries in bfloat16 (float32
+    sums where the BLAS has them, the result rounded to bfloat16 and returned as float32)."""
+    token = BFLOAT16_FROM.set(from_entries)
+    try:
+        yield
+    finally:
+        BFLOAT16_FROM.reset(token)
+
+
 @contextmanager
 def float32_moves(up_to: int = 1 << 12):
     """Inside this block LinearMaps move tensors of more than `up_to` entries in float32."""
@@ -189,6 +205,9 @@ class LinearMap:
         # float64 keeps small per-head maps exact to ~1e-15; for big tensors (embeddings, LM heads) float32
         # matmul is ~10x faster and its ~1e-6 relative error is far inside the 1e-4 function tolerance
         work = torch.float64 if t.numel() <= FLOAT64_UP_TO.get() or t.dtype == torch.float64 else torch.float32
+        low = BFLOAT16_FROM.get()
+        if low is not None and work == torch.float32 and t.numel() >= low:
+            work = torch.bfloat16
         mat, t_in = mat.to(work), t
         t = t.to(work)
         axis = axis % t.ndim
