@@ -192,7 +192,7 @@ def test_bfloat16_moved_unit_rows_still_recover_a_planted_symmetry(family, monke
 
     for module in (common, mlp_units):
         monkeypatch.setattr(module, "SCORING_BFLOAT16_FROM", 1)
-        monkeypatch.setattr(module, "bfloat16_native", lambda device: True)
+    monkeypatch.setattr(common, "bfloat16_native", lambda device: True)
     torch.manual_seed(0)
     model = (factories.tiny_gpt2() if family == "gpt2" else factories.llama()).eval()
     _, _, va, vb = common.canonical_pair(model, model)

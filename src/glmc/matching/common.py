@@ -41,12 +41,16 @@ SCORING_BFLOAT16_FROM = 1 << 32
 
 
 def ranking_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """x·yᵀ in float32, from bfloat16 inputs when it is big enough (SCORING_BFLOAT16_FROM) and bfloat16 products
-    are native here: for similarities that only rank."""
-    big = x.shape[0] * y.shape[0] * x.shape[-1] >= SCORING_BFLOAT16_FROM
-    if big and bfloat16_native(x.device):
+    """x·yᵀ in float32, from bfloat16 inputs where ranks_in_bfloat16: for similarities that only rank."""
+    if ranks_in_bfloat16(x, y):
         return (x.bfloat16() @ y.bfloat16().T).float()  # float32 sums, rounded once to bfloat16 at the end
     return x.float() @ y.float().T
+
+
+def ranks_in_bfloat16(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ranking_product forms x·yᵀ from bfloat16 inputs: the product is big enough (SCORING_BFLOAT16_FROM)
+    and bfloat16 products are native here."""
+    return x.shape[0] * y.shape[0] * x.shape[-1] >= SCORING_BFLOAT16_FROM and bfloat16_native(x.device)
 
 
 def bfloat16_native(device: torch.device) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from glmc.matching.assignments import assignment
-from glmc.matching.common import SCORING_BFLOAT16_FROM, bfloat16_native, ranking_product
+from glmc.matching.common import SCORING_BFLOAT16_FROM, ranking_product, ranks_in_bfloat16
 from glmc.symmetry.elements import IndexMap, ScaleMap
 from glmc.symmetry.solvers import best_complex_scale
 
@@ -84,8 +84,7 @@ def ranked_in_bfloat16(view_a, view_b, i, kind_name: str = "inner") -> tuple:
     rows = p + ("gate.w" if gated else "in.w")
     if (kind_name != "inner" and not gated) or rows not in view_a:
         return ()
-    a, b = view_a[rows], view_b[rows]
-    if a.shape[0] * b.shape[0] * a.shape[1] < SCORING_BFLOAT16_FROM or not bfloat16_native(b.device):
+    if not ranks_in_bfloat16(view_a[rows], view_b[rows]):
         return ()
     return (rows,) if gated else (rows, p + "out.w")
 

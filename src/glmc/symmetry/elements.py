@@ -141,20 +141,20 @@ class IndexMap:
 FLOAT64_UP_TO: ContextVar[int] = ContextVar("FLOAT64_UP_TO", default=1 << 20)
 
 
-# tensors of at least this many entries are moved in bfloat16 inside `bfloat16_moves` (None: never); only for moves
-# whose result feeds nothing but a ranking made from bfloat16 products anyway (weight matching's unit similarities)
-BFLOAT16_FROM: ContextVar[int | None] = ContextVar("BFLOAT16_FROM", default=None)
+# inside `bfloat16_moves`, LinearMaps move float32 tensors in bfloat16: only for moves whose result feeds nothing but
+# a ranking made from bfloat16 products anyway (weight matching's unit similarities)
+BFLOAT16_MOVES: ContextVar[bool] = ContextVar("BFLOAT16_MOVES", default=False)
 
 
 @contextmanager
-def bfloat16_moves(from_entries: int = 0):
-    """Inside this block LinearMaps move float32 tensors of at least `from_entries` entries in bfloat16 (float32
-    sums where the BLAS has them, the result rounded to bfloat16 and returned as float32)."""
-    token = BFLOAT16_FROM.set(from_entries)
+def bfloat16_moves():
+    """Inside this block LinearMaps move the tensors they would move in float32 in bfloat16 instead (float32 sums
+    where the BLAS has them, the result rounded to bfloat16 and returned in the tensor's dtype)."""
+    token = BFLOAT16_MOVES.set(True)
     try:
         yield
     finally:
-        BFLOAT16_FROM.reset(token)
+        BFLOAT16_MOVES.reset(token)
 
 
 @contextmanager
@@ -205,8 +205,7 @@ class LinearMap:
         # float64 keeps small per-head maps exact to ~1e-15; for big tensors (embeddings, LM heads) float32
         # matmul is ~10x faster and its ~1e-6 relative error is far inside the 1e-4 function tolerance
         work = torch.float64 if t.numel() <= FLOAT64_UP_TO.get() or t.dtype == torch.float64 else torch.float32
-        low = BFLOAT16_FROM.get()
-        if low is not None and work == torch.float32 and t.numel() >= low:
+        if work == torch.float32 and BFLOAT16_MOVES.get():
             work = torch.bfloat16
         mat, t_in = mat.to(work), t
         t = t.to(work)
