@@ -11,7 +11,7 @@ its unit; a value chosen by measurement names its decision (docs/decisions/, D1�
 (glmc/cli/flags.py), the merge recipe's schema (glmc/cli/recipe.py), the options part of `help(glmc.align)`,
 `help(glmc.barrier)` and `help(glmc.merge)`, and the matching functions' defaults are all read from here.
 
-A name means one thing wherever it appears (tests/test_options.py checks that a name shared by classes has one
+A name means one thing wherever it appears (tests/e2e/test_options.py checks that a name shared by classes has one
 type and one help text; only its default may differ, e.g. `iterations`: 15 for a pair, 5 per universe round).
 Renamed options keep their old spelling for one release (`RENAMED`), with a DeprecationWarning naming the new one.
 
@@ -46,14 +46,17 @@ RENAMED: dict[str, dict[str, str]] = {
 
 
 def option(default, help: str, *, choices: tuple | None = None, low=None, high=None, open_low: bool = False,
-           none: str | None = None, decision: str | None = None):
+           none: str | None = None, decision: str | None = None, meaning: str | None = None):
     """A field of an options class: `help` is one line with units; `none` says what a None default stands for;
-    `decision`, the decision (docs/decisions/) that chose the default, where a shared help text cannot say it."""
+    `decision`, the decision (docs/decisions/) that chose the default, where a shared help text cannot say it;
+    `meaning`, the part of `help` every class sharing the name agrees on (default: all of it), where a class's
+    help also lists what only it accepts."""
     return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high,
-                                            "open_low": open_low, "none": none, "decision": decision})
+                                            "open_low": open_low, "none": none, "decision": decision,
+                                            "meaning": meaning or help})
 
 
-# Help texts of names several classes share: one text, so one meaning (tests/test_options.py).
+# Help texts of names several classes share: one text, so one meaning (tests/e2e/test_options.py).
 HELP = {
     "iterations": "Weight-matching iterations, at most (each: one residual fit and one matching of heads and units).",
     "mode": "native: the standard models of the original size; circuit: the paper's circuit form (heads as "
@@ -62,8 +65,7 @@ HELP = {
     "residual": "Residual symmetry fitted: orthogonal (the residual group the family declares) or a declared "
                 "subgroup (permutation: the correlation baseline; Llama: signed-permutation).",
     "restarts": "Weight matching alternates from this many first residual maps (1–3) and keeps the closest result.",
-    "null_space": "Models of different widths: the embedded model's free reader weights, exact either way "
-                  "(learned: trained with learned matching; fixed: the wide models'; off: zero).",
+    "null_space": "Models of different widths: the embedded model's free reader weights, exact either way",
     "steps": "Training budget in optimiser steps (AdamW, one batch each).",
     "epochs": "Training budget in passes over the training split (instead of steps).",
     "minutes": "Training budget in wall-clock minutes (instead of steps).",
@@ -76,12 +78,22 @@ HELP = {
     "eval_every": "Validate (the barrier on validation batches) every this many steps.",
     "eval_batches": "Validation batches per check.",
     "patience": "Stop after this many validation checks without improvement (None: never).",
-    "seed": "Random seed of training (λ draws and batch order).",
+    "seed": "Random seed of a stochastic method (learned matching: its λ draws and batch order).",
 }
 
 
 def _shared(name: str, default, **kw):
     return option(default, HELP[name], **kw)
+
+
+# what each null-space mode does; a class's help describes only the values it accepts (merge has no "learned")
+NULL_SPACE_VALUES = {"learned": "trained with learned matching", "fixed": "the wide model's", "off": "zero"}
+
+
+def _null_space(default, choices: tuple[str, ...], none: str | None = None):
+    values = "; ".join(f"{c}: {NULL_SPACE_VALUES[c]}" for c in choices)
+    return option(default, f"{HELP['null_space']} ({values}).", choices=choices, none=none,
+                  meaning=HELP["null_space"])
 
 
 MODES = ("native", "circuit")
@@ -266,7 +278,7 @@ class WeightOptions(Options):
                                   "signatures (decision D1).", choices=("inner", "cosine", "l1"))
     weighting: str = option("norms", "Residual fit's tensor weights: by norms, by row counts, or none "
                             "(decision D1).", choices=("norms", "rows", "none"))
-    null_space: str | None = _shared("null_space", None, choices=("learned", "fixed", "off"), none="fixed")
+    null_space: str | None = _null_space(None, ("learned", "fixed", "off"), none="fixed")
     progress: bool = _shared("progress", True)
 
 
@@ -280,7 +292,7 @@ class ActivationOptions(Options):
     train_batches: int = option(32, "Training batches whose activations are correlated.", low=1)
     train_batch_size: int = _shared("train_batch_size", 32, low=1)
     residual: str = _shared("residual", "orthogonal", decision="D8")
-    null_space: str | None = _shared("null_space", None, choices=("learned", "fixed", "off"), none="fixed")
+    null_space: str | None = _null_space(None, ("learned", "fixed", "off"), none="fixed")
     progress: bool = _shared("progress", True)
 
 
@@ -315,7 +327,7 @@ class LearnedOptions(Options):
                                   none="the models' own")
     checkpoint: bool = option(False, "Gradient checkpointing: recompute each block's activations in backward "
                               "(less memory, about a third more compute).")
-    null_space: str | None = _shared("null_space", None, choices=("learned", "fixed", "off"), none="learned")
+    null_space: str | None = _null_space(None, ("learned", "fixed", "off"), none="learned")
     progress: bool = _shared("progress", True)
 
 
@@ -329,7 +341,7 @@ class MergeOptions(Options):
     rounds: int = option(3, "Universe rounds: align every model to the average, re-average.", low=1)
     iterations: int = _shared("iterations", 5, low=1)
     mode: str = _shared("mode", "native", choices=MODES)
-    null_space: str = _shared("null_space", "fixed", choices=("fixed", "off"))
+    null_space: str = _null_space("fixed", ("fixed", "off"))
     steps: int = _shared("steps", LEARNED_STEPS, low=1)
     epochs: float | None = _shared("epochs", None, low=0.0, open_low=True)
     minutes: float | None = _shared("minutes", None, low=0.0, open_low=True)
@@ -376,28 +388,12 @@ class BarrierOptions(Options):
     progress: bool = _shared("progress", True)
 
 
-# alignment method -> its options class ("none" takes only null_space, which WeightOptions' describes)
-METHOD_OPTIONS: dict[str, type[Options]] = {
-    "weight": WeightOptions,
-    "activation": ActivationOptions,
-    "activation-perm": ActivationOptions,
-    "learned": LearnedOptions,
-    "learned-perm": LearnedOptions,
-}
 ALL: tuple[type[Options], ...] = (WeightOptions, ActivationOptions, LearnedOptions, MergeOptions, BarrierOptions)
-ALIGN_CLASSES: tuple[type[Options], ...] = (WeightOptions, ActivationOptions, LearnedOptions)
 
 
 def field_of(cls: type[Options], name: str) -> dataclasses.Field:
     """One field of an options class by name."""
     return next(f for f in cls.fields() if f.name == name)
-
-
-def methods_doc() -> str:
-    """The generated options part of `help(glmc.align)`: every method's fields, by class."""
-    parts = [f"{'/'.join(m for m, c in METHOD_OPTIONS.items() if c is cls)} (glmc.{cls.__name__}):\n"
-             f"{cls.describe('        ')}" for cls in ALIGN_CLASSES]
-    return "\n".join(f"    {p}" for p in parts)
 
 
 for _cls in ALL:  # each class's help lists its fields

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from glmc import __version__
-from glmc.options import METHOD_OPTIONS
+from glmc.methods import methods
 
 SCHEMA = "glmc.provenance/1"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -111,7 +111,8 @@ def _device(device, models) -> dict:
 def full_options(method: str, given: dict) -> dict:
     """Every field of `method`'s options class (glmc/options.py), the given values on the defaults, plus the
     given values no class field holds (mode, a pair option): what ran, not only what was typed."""
-    cls = METHOD_OPTIONS.get(method)
+    record = methods().get(method)
+    cls = record.options if record is not None else None
     if cls is None:
         return {"method": method, **_plain(given)}
     with warnings.catch_warnings():  # old option names: the caller already warned

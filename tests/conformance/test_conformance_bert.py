@@ -7,6 +7,8 @@ from factories import bert, roberta
 
 class TestBertConformance(AdapterConformance):
     family = "bert"
+    declared_checks = {"canonical", "residual", "residual:permutation", "heads", "qk", "ov", "mlp", "mlp:zero-pad",
+                       "composed", "composed∘inverse"}
     configs = {
         "mlm-L2-d32h4-gelu-tied": bert(),
         "mlm-L1-d24h3-relu-untied": bert(layers=1, width=24, heads=3, mlp=40, act="relu", tied=False),
@@ -23,6 +25,7 @@ class TestBertConformance(AdapterConformance):
 
 class TestRobertaConformance(AdapterConformance):
     family = "roberta"
+    declared_checks = TestBertConformance.declared_checks  # the same encoder groups
     configs = {
         "L2-d32h4-gelu-tied": roberta(),
         "L1-d24h3-relu-untied": roberta(layers=1, width=24, heads=3, mlp=40, act="relu", tied=False),

@@ -17,6 +17,8 @@ GEMMA = "GemmaForCausalLM"
 
 class TestGemmaConformance(AdapterConformance):
     family = "gemma"
+    declared_checks = {"canonical", "residual", "residual:permutation", "residual:signed-permutation", "query_heads",
+                       "kv_heads", "qk", "ov", "mlp", "mlp:zero-pad", "mlp_scale", "composed", "composed∘inverse"}
     configs = {
         "gemma-L2-d32-h4kv1-mqa-tied-dh8": factory(GEMMA, kv=1, head_dim=8, tied=True),
         "gemma-L2-d32-h4kv2-gqa-untied-dh8": factory(GEMMA, kv=2, head_dim=8),

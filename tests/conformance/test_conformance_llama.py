@@ -15,6 +15,9 @@ from glmc.view.model_ops import canonical_model, transform_model
 
 class TestLlamaConformance(AdapterConformance):
     family = "llama"
+    declared_checks = {"canonical", "residual", "residual:permutation", "residual:signed-permutation", "query_heads",
+                       "kv_heads", "qk", "ov", "mlp", "mlp:zero-pad", "mlp_scale", "composed", "composed∘inverse",
+                       "rectangular"}
     configs = {
         "llama-L2-d32-h4kv4-mha-untied": seeded(llama, kv=4),
         "llama-L2-d32-h4kv2-gqa-tied": seeded(llama, kv=2, tied=True),

@@ -23,6 +23,8 @@ from glmc.view.model_ops import canonical_model, transform_model
 
 class TestNeoXConformance(AdapterConformance):
     family = "neox"
+    declared_checks = {"canonical", "residual", "residual:permutation", "heads", "qk", "ov", "mlp", "mlp:zero-pad",
+                       "rectangular", "composed", "composed∘inverse"}
     configs = {
         # Pythia's layout: parallel residual, a quarter of each head rotary (d_head 16: 4 rotary, 12 free)
         "neox-L2-d32-h2-rot0.25-parallel": seeded(neox, heads=2),

@@ -20,6 +20,8 @@ CLIP = 0.5  # clamps a third of the q/k/v entries of these models on the probe i
 
 class TestOlmoConformance(AdapterConformance):
     family = "olmo"
+    declared_checks = {"canonical", "residual", "residual:permutation", "query_heads", "kv_heads", "qk", "ov", "mlp",
+                       "mlp:zero-pad", "mlp_scale", "composed", "composed∘inverse"}
     configs = {
         "olmo-L2-d32-h4kv2-gqa": factory(OLMO),
         "olmo-L2-d32-h4kv2-gqa-clip": factory(OLMO, clip_qkv=CLIP),

@@ -18,6 +18,8 @@ QWEN3 = "Qwen3ForCausalLM"
 
 class TestQwen3Conformance(AdapterConformance):
     family = "qwen3"
+    declared_checks = {"canonical", "residual", "residual:permutation", "residual:signed-permutation", "query_heads",
+                       "kv_heads", "qk", "ov", "mlp", "mlp:zero-pad", "mlp_scale", "composed", "composed∘inverse"}
     configs = {
         "qwen3-L2-d32-h4kv2-gqa-dh8": factory(QWEN3, head_dim=8),
         "qwen3-L2-d32-h4kv4-mha-dh8": factory(QWEN3, kv=4, head_dim=8),

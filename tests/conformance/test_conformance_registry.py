@@ -27,3 +27,9 @@ def test_every_adapter_has_a_conformance_subclass_with_configs():
     assert not missing, f"adapters without a conformance subclass: {missing}"
     few = {f: len(s.configs) for f, s in by_family.items() if len(s.configs) < 3}
     assert not few, f"conformance subclasses with fewer than 3 configs: {few}"
+    # every family states the checks verify must report on all its configs (its derived groups), so a declaration
+    # that loses a group fails; each Transformer has at least these
+    floor = {"canonical", "residual", "residual:permutation", "qk", "ov", "mlp", "composed", "composed∘inverse"}
+    weak = {f: sorted(floor - s.declared_checks) for f, s in by_family.items()
+            if not floor - {"qk"} <= s.declared_checks or not {"heads", "query_heads"} & s.declared_checks}
+    assert not weak, f"conformance subclasses that do not declare the checks every family has: {weak}"

@@ -42,11 +42,12 @@ def test_every_public_name_is_documented():
 
 
 def test_align_docstring_names_every_option_of_every_method():
-    from glmc.matching import METHODS, _accepted, _method_function
+    from glmc.matching import _accepted
+    from glmc.methods import methods
 
     doc = inspect.getdoc(glmc.align)
-    for method in METHODS:
-        func = _method_function(method)
+    for record in methods().values():
+        method, func = record.name, record.function()
         for option in (_accepted(func) if func else []):
             if option in ("data", "fill", "learn_free", "permutations_only"):  # set by glmc.align itself
                 continue

@@ -122,6 +122,10 @@ def models(tmp_path_factory):
     (m["bad_heads"] / "config.json").write_text(json.dumps({**cfg, "n_head": 3}))
     m["bad_config"] = _variant(root, "bad_config", a)
     (m["bad_config"] / "config.json").write_text('{"model_type": "gpt2", ')
+    m["config_list"] = _variant(root, "config_list", a)
+    (m["config_list"] / "config.json").write_text(json.dumps([cfg]))
+    m["config_type"] = _variant(root, "config_type", a)
+    (m["config_type"] / "config.json").write_text(json.dumps({**cfg, "n_layer": "two"}))
     m["bad_record"] = _variant(root, "bad_record", a)
     (m["bad_record"] / "glmc.json").write_text("{not json")
     m["no_config"] = root / "no_config"
@@ -244,6 +248,13 @@ ROWS = [
     ("config-without-model-type", ["barrier", "{no_type}", "{b}"], ERROR, "has no model_type; glmc supports"),
     ("config-invalid-json", ["verify", "{bad_config}"], ERROR, "config.json is not valid JSON"),
     ("config-heads-do-not-divide-width", ["verify", "{bad_heads}"], ERROR, "does not describe a valid GPT-2 model"),
+    ("config-a-json-list", ["verify", "{config_list}"], ERROR, "holds a JSON list, not an object"),
+    ("config-a-json-list-inspect", ["inspect", "{config_list}"], ERROR, "holds a JSON list, not an object"),
+    ("config-field-of-wrong-type", ["verify", "{config_type}"], ERROR,
+     "does not describe a valid GPT-2 model: Validation error for field 'n_layer': TypeError: Field 'n_layer' "
+     "expected int, got str"),
+    ("config-field-of-wrong-type-align", ["align", "{config_type}", "{b}", "--out", "{out}"], ERROR,
+     "Field 'n_layer' expected int"),
     ("glmc-json-invalid", ["align", "{a}", "{bad_record}", "--out", "{out}"], ERROR, "glmc.json is not valid JSON"),
     ("no-config", ["verify", "{no_config}"], ERROR, "holds no model (files: model.safetensors)"),
     ("int64-weights", ["verify", "{int}"], ERROR, f"weight '{C_FC}' is stored as I64; glmc needs floating-point"),

@@ -57,11 +57,15 @@ def f32(tmp_path_factory, ds):
     return _gpt2(root / "a", ds, 0), _gpt2(root / "b", ds, 1)
 
 
-def _barriers(a, b, tmp: Path, name: str, *extra) -> dict:
+def _results(a, b, tmp: Path, name: str, *extra) -> dict:
     out = tmp / f"{name}.json"
     run_cli("barrier", a, b, "--align", "none,weight", "--iterations", 2, "--max-batches", 2, "--batch-size", 8,
             "--no-progress", "--json", out, *extra)
-    return {m: r["loss_barrier"] for m, r in json.loads(out.read_text())["results"].items()}
+    return json.loads(out.read_text())["results"]
+
+
+def _barriers(a, b, tmp: Path, name: str, *extra) -> dict:
+    return {m: r["loss_barrier"] for m, r in _results(a, b, tmp, name, *extra).items()}
 
 
 # ------------------------------------------------------------------------------------------------ precision
@@ -81,8 +85,14 @@ def test_half_precision_pair_aligns_in_float32_and_is_written_in_its_own_dtype(f
     assert all(p.dtype == dtype for p in written.parameters())
     assert glmc.inspect(tmp_path / "al")["models"][0]["dtype"] == str(dtype).removeprefix("torch.")
     assert _barriers(*half, tmp_path, "half") == _barriers(*exact, tmp_path, "exact")  # upcasting is exact
-    original = _barriers(*f32, tmp_path, "f32")
-    assert all(abs(v - original[k]) < 0.05 for k, v in _barriers(*half, tmp_path, "half2").items())
+    original = _results(*f32, tmp_path, "f32")
+    rounded = _results(*half, tmp_path, "half2")
+    # rounding the stored weights moves every point of the curve by a fraction of the format's unit roundoff
+    # (bfloat16 2^-8, float16 2^-11; measured 3.2e-4 and 8.4e-5 here), not by the old allowance of 0.05
+    tol = torch.finfo(dtype).eps / 2
+    for m, r in rounded.items():
+        assert max(abs(x - y) for x, y in zip(r["loss"], original[m]["loss"])) <= tol, (m, tol)
+        assert abs(r["loss_barrier"] - original[m]["loss_barrier"]) <= 2 * tol
     run_cli("verify", half[0])
 
 

@@ -4,9 +4,11 @@ a merge of three, narrow → wide where it is exact (refused in one line, naming
 `glmc demo --family`. Tiny budgets: this checks that each command works end to end, not how well."""
 
 import json
+import math
 import os
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from conftest import run_cli
@@ -81,7 +83,14 @@ def test_barrier(family, tmp_path):
             "--json", tmp_path / "b.json", "--no-progress")
     res = json.loads((tmp_path / "b.json").read_text())["results"]
     assert set(res) == {"none", "weight"}
-    assert all(r["loss_barrier"] == r["loss_barrier"] for r in res.values())  # finite, not NaN
+    for r in res.values():
+        assert len(r["loss"]) == 3 and all(math.isfinite(x) for x in r["loss"] + r["acc"])
+        chord = [(1 - t) * r["loss"][0] + t * r["loss"][-1] for t in r["lambdas"]]
+        assert r["loss_barrier"] == pytest.approx(max(x - c for x, c in zip(r["loss"], chord)), abs=1e-9)
+        assert r["loss_barrier"] >= 0 and r["loss_barrier_se"] >= 0
+    # the alignment keeps both functions: the endpoints' losses are the unaligned pair's
+    for end in (0, -1):
+        assert res["weight"]["loss"][end] == pytest.approx(res["none"]["loss"][end], abs=1e-4)
 
 
 def test_merge_of_three(family, tmp_path):
@@ -92,6 +101,16 @@ def test_merge_of_three(family, tmp_path):
     reference = load_model(root / "s0")[0]
     assert type(merged) is type(reference)
     assert all(p.shape == q.shape for p, q in zip(merged.parameters(), reference.parameters()))
+    report = json.loads((tmp_path / "m" / "merge.json").read_text())
+    assert report["weights"] == pytest.approx([1 / 3] * 3) and max(report["max_dlogits"]) <= 1e-4
+    assert all(math.isfinite(s["loss"]) and 0 <= s["acc"] <= 1 for s in report["scores"].values())
+    # each written aligned model keeps its input's function, and the merged weights are their average
+    aligned = [load_model(tmp_path / "m" / "aligned" / f"model{i}")[0] for i in (1, 2, 3)]
+    for i, model in enumerate(aligned):
+        assert max_logit_change(load_model(root / f"s{i}")[0], model) <= 1e-4
+    states = [dict(m.named_parameters()) for m in aligned]
+    for key, value in merged.named_parameters():
+        assert torch.allclose(value, sum(s[key] for s in states) / 3, atol=1e-6), key
 
 
 def test_narrow_to_wide_where_exact(family, tmp_path):

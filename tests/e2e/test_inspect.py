@@ -76,11 +76,17 @@ PAIRS = [("gpt2", "hf-vit", "family"), ("gpt2", "gpt2-deep", "depth"), ("gpt2", 
 def test_incompatible_pairs_give_their_one_reason(zoo, a, b, reason, tmp_path):
     report = glmc.inspect(zoo[a], zoo[b])
     assert report["compatible"] is False and report["reason"] == reason, report["message"]
-    text = run_cli("inspect", zoo[a], zoo[b]).splitlines()
-    assert text[-1] == f"cannot be aligned ({reason}): {report['message']}"
     from click.testing import CliRunner
 
     from glmc.cli import main
+    from glmc.cli.inspect import CANNOT_ALIGN
+
+    for extra in ([], ["--json"]):  # scripts tell "cannot be aligned" from success and from an error by the status
+        shown = CliRunner().invoke(main, ["inspect", str(zoo[a]), str(zoo[b]), *extra])
+        assert shown.exit_code == CANNOT_ALIGN == 3 and shown.exception is not None, shown.output
+    assert shown.output.strip().startswith("{") and json.loads(shown.output)["reason"] == reason
+    text = CliRunner().invoke(main, ["inspect", str(zoo[a]), str(zoo[b])]).output.splitlines()
+    assert text[-1] == f"cannot be aligned ({reason}): {report['message']}"
 
     result = CliRunner().invoke(main, ["align", str(zoo[a]), str(zoo[b]), "--out", str(tmp_path / "o")])
     lines = [x for x in result.output.splitlines() if x.strip()]

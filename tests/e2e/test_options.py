@@ -20,8 +20,8 @@ from glmc.cli.merge import command as merge_command
 from glmc.cli.recipe import read_recipe
 from glmc.cli.sweep import command as sweep_command
 from glmc.errors import BadOption
+from glmc.methods import option_classes
 from glmc.options import (
-    ALIGN_CLASSES,
     ALL,
     HELP,
     RENAMED,
@@ -37,9 +37,9 @@ from glmc.options import (
 BARRIER_OWN = ("points", "split", "batch_size", "max_batches", "mode", "eval_dtype", "seeds", "resolution", "samples",
                "progress")
 COMMANDS = {
-    "align": (align_command, [(cls, cls.names()) for cls in ALIGN_CLASSES]),
+    "align": (align_command, [(cls, cls.names()) for cls in option_classes()]),
     "barrier": (barrier_command, [(cls, [n for n in cls.names() if n not in ("mode", "progress")])
-                                  for cls in ALIGN_CLASSES]
+                                  for cls in option_classes()]
                 + [(BarrierOptions, list(BARRIER_OWN)), (MergeOptions, ["concentration"])]),
     "merge": (merge_command, [(MergeOptions, MergeOptions.names()), (BarrierOptions, ["split", "batch_size",
                                                                                       "max_batches"])]),
@@ -149,7 +149,7 @@ def test_recipe_accepts_zero_where_zero_is_allowed(tmp_path):
 
 
 def test_help_of_align_barrier_and_merge_names_every_field():
-    for cls in ALIGN_CLASSES:
+    for cls in option_classes():
         for name in cls.names():
             assert f"\n        {name}=" in glmc.align.__doc__, (cls.__name__, name)
     for func, cls in ((glmc.barrier, BarrierOptions), (glmc.merge, MergeOptions)):
@@ -163,14 +163,14 @@ def test_a_shared_name_means_one_thing():
     seen = {}
     for cls in ALL:
         for f in cls.fields():
-            here = (cls.types()[f.name], f.metadata["help"])
+            here = (cls.types()[f.name], f.metadata["meaning"])
             assert seen.setdefault(f.name, here) == here, (cls.__name__, f.name)
     shared = {n for n in seen if sum(n in c.names() for c in ALL) > 1}
     assert shared <= set(HELP) | {"mode", "progress"}, shared - set(HELP)
     # barrier takes the evaluation's options and every alignment option by keyword: no name may mean both
-    assert set(BarrierOptions.names()) & {n for c in ALIGN_CLASSES for n in c.names()} == {"mode", "progress"}
-    for cls in ALIGN_CLASSES:  # the glmc align command has one flag per name: one default per name
-        for other in ALIGN_CLASSES:
+    assert set(BarrierOptions.names()) & {n for c in option_classes() for n in c.names()} == {"mode", "progress"}
+    for cls in option_classes():  # the glmc align command has one flag per name: one default per name
+        for other in option_classes():
             for name in set(cls.names()) & set(other.names()):
                 assert field_of(cls, name).default == field_of(other, name).default, name
 
@@ -265,12 +265,15 @@ def test_barrier_batch_size_is_the_evaluation_and_train_batch_size_the_training(
     assert c.info["n_batches"] >= 1 and c.alignment.report["batches"] == 1
 
 
-def test_old_flags_still_parse(tmp_path):
+def test_old_flags_still_parse_and_their_warnings_name_the_flags(tmp_path, capsys):
     params = _parse("align", tmp_path, ["--batches", "3"])
     assert params["old_batches"] == 3 and params["train_batches"] == 32
+    assert capsys.readouterr().err.strip() == "DeprecationWarning: --batches is deprecated; use --train-batches"
     assert _parse("barrier", tmp_path, ["--dtype", "bfloat16"])["old_dtype"] == "bfloat16"
-    hidden = {p.name: p for p in barrier_command.params}["old_dtype"]
-    assert hidden.hidden and "--eval-dtype" in str(hidden.deprecated)
+    assert capsys.readouterr().err.strip() == "DeprecationWarning: --dtype is deprecated; use --eval-dtype"
+    _parse("barrier", tmp_path)
+    assert "Deprecation" not in capsys.readouterr().err  # only a flag given warns
+    assert {p.name: p for p in barrier_command.params}["old_dtype"].hidden
 
 
 def test_the_classes_import_without_torch():

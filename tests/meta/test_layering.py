@@ -7,8 +7,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "glmc"
 # lowest first; a package may import itself and anything listed before it
-LAYERS = ["glmc", "memory", "errors", "options", "io", "provenance", "distributed", "data", "tasks", "symmetry",
-          "adapters", "models", "view", "invariance", "paths", "matching", "api", "experiments", "training", "cli"]
+LAYERS = ["glmc", "memory", "errors", "plugins", "options", "methods", "io", "provenance", "distributed", "data",
+          "tasks", "symmetry", "adapters", "models", "view", "invariance", "paths", "matching", "api", "experiments",
+          "training", "cli"]
 
 
 def _package(module: str) -> str:

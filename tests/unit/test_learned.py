@@ -177,13 +177,6 @@ def test_gradient_checkpointing_is_refused_in_circuit_mode():
                        mode="circuit", checkpoint=True)
 
 
-def test_the_cli_learning_rate_default_is_the_library_default():
-    from glmc.cli.align import command
-    from glmc.matching.learned import DEFAULT_LR
-
-    assert next(p.default for p in command.params if p.name == "lr") == DEFAULT_LR
-
-
 def test_learned_matching_keeps_weight_matchings_permutations_unless_given_a_permutation_rate():
     """At the default perm_lr 0 the permutation latents are constants (no gradient formed, not in the optimiser)
     while the continuous maps train; a positive rate puts them back in the optimiser with gradients."""
@@ -191,17 +184,16 @@ def test_learned_matching_keeps_weight_matchings_permutations_unless_given_a_per
 
     from glmc.matching.alternation import weight_matching
     from glmc.matching.common import canonical_pair
-    from glmc.matching.learned import DEFAULT_PERM_LR, LearnedMatcher
-
-    assert DEFAULT_PERM_LR == 0.0
+    from glmc.matching.learned import LearnedMatcher
     a, b = tiny_gpt2(seed=0), tiny_gpt2(seed=1)
     adapter, arch, va, vb = canonical_pair(a, b)
     init, _ = weight_matching(va, vb, arch, iterations=1, progress=False)
     ids = torch.randint(0, 61, (4, 17), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": ids[:, :-1], "targets": ids[:, 1:]}
-    for perm_lr in (0.0, 0.5):
+    for perm_lr in (None, 0.5):  # None: the optimiser's default rate, which must keep the permutations
         m = LearnedMatcher([va, vb], adapter, arch, adapter.from_canonical(va, a), SimpleNamespace(task="lm"), [init])
-        opt = m.optimizer(lr=1e-2, perm_lr=perm_lr)
+        opt = m.optimizer(lr=1e-2) if perm_lr is None else m.optimizer(lr=1e-2, perm_lr=perm_lr)
+        perm_lr = perm_lr or 0.0
         perm = m.latents[0].discrete()
         rest = [p for p in m.latents.parameters() if all(p is not q for q in perm)]
         start = [p.detach().clone() for p in rest]
@@ -211,7 +203,7 @@ def test_learned_matching_keeps_weight_matchings_permutations_unless_given_a_per
         assert sum(len(g["params"]) for g in opt.param_groups) == len(rest) + (len(perm) if perm_lr else 0)
         assert all((p.grad is None) == (perm_lr == 0) for p in perm)
         assert any(not torch.equal(p, s) for p, s in zip(rest, start))  # the continuous maps did train
-        if perm_lr == 0:
+        if not perm_lr:
             found = m.transforms()[0]
             for name in found.groups():
                 if name.startswith(("heads.", "mlp.")):

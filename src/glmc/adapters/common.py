@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 import glmc.data
 from glmc.adapters.base import TrainOption
@@ -107,6 +108,18 @@ def quiet_hf():
             hf_logging.enable_progress_bar()
 
 
+# what a config class raises for a config.json it cannot use: huggingface_hub's strict dataclasses (transformers 5
+# configs) raise their own error for a field of the wrong type ("n_layer": "two"), which is not a ValueError
+CONFIG_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OSError, StrictDataclassError)
+
+
+def short_message(e: BaseException) -> str:
+    """An exception's message on one line: its first two lines (huggingface_hub puts the field on the first and
+    the problem on the second), or its type's name."""
+    text = " ".join(str(e).split("\n")[:2]) if str(e).strip() else type(e).__name__
+    return " ".join(text.split())
+
+
 def hf_config(path) -> dict | None:
     """The parsed config.json of a Hugging Face model directory, or None if it has none."""
     f = Path(path) / "config.json"
@@ -115,9 +128,10 @@ def hf_config(path) -> dict | None:
     try:
         config = json.loads(f.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"invalid config.json in {path}: {e}") from None
+        raise BadCheckpoint(f"invalid config.json in {path}: {e} (fix the file, or save the model again)") from None
     if not isinstance(config, dict):
-        raise ValueError(f"invalid config.json in {path}: not a JSON object")
+        raise BadCheckpoint(f"invalid config.json in {path}: it holds a JSON {type(config).__name__}, not an object "
+                            "({\"model_type\": ..., ...}); save the model's config with save_pretrained")
     return config
 
 
@@ -135,8 +149,8 @@ def load_pretrained(model_class, path, renames: dict | None = None):
         raise FileNotFoundError(f"no *.safetensors or pytorch_model.bin weights in {p}{hint}")
     try:
         config = model_class.config_class.from_pretrained(str(p), local_files_only=True)
-    except (ValueError, OSError) as e:
-        raise ValueError(f"invalid config.json in {p}: {e}") from None
+    except CONFIG_ERRORS as e:
+        raise BadCheckpoint(f"invalid config.json in {p}: {short_message(e)}") from None
     options = dict(config=config, local_files_only=True, dtype="auto")
     if renames:
         options["key_mapping"] = dict(renames)
@@ -174,9 +188,9 @@ def hf_expected_weights(path, class_name: str, label: str) -> dict | None:
         text = None  # from_pretrained below names the problem
     try:
         return dict(_expected_weights(str(path) if text is None else None, text, class_name))
-    except (ValueError, TypeError, KeyError, AttributeError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadCheckpoint(f"{Path(path) / 'config.json'} does not describe a valid {label} model: {first}") from e
+    except CONFIG_ERRORS as e:
+        raise BadCheckpoint(f"{Path(path) / 'config.json'} does not describe a valid {label} model: "
+                            f"{short_message(e)}") from e
 
 
 @functools.lru_cache(maxsize=8)

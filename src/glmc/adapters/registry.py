@@ -1,5 +1,6 @@
 """Which adapter handles a model, a family name or a checkpoint directory, and the forward call for any model
-glmc runs (native ones through their adapter)."""
+glmc runs (native ones through their adapter). glmc's own families are ADAPTERS; an installed package adds one
+with an entry point in the group glmc.families naming its Adapter subclass (glmc/plugins.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from glmc import plugins
 from glmc.adapters.base import Adapter, UnsupportedModel
 from glmc.adapters.bert import BertAdapter, RobertaAdapter
 from glmc.adapters.common import hf_config
@@ -22,26 +24,51 @@ from glmc.adapters.timm_vit import TimmViTAdapter
 ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, NeoXAdapter, Qwen3Adapter,
                                  GemmaAdapter, OlmoAdapter, BertAdapter, RobertaAdapter]
 FAMILIES = tuple(cls.family for cls in ADAPTERS)
+_PLUGINS: list[type[Adapter]] | None = None
+
+
+def adapters() -> list[type[Adapter]]:
+    """Every family's adapter class: glmc's own, then installed plugins' (loaded on first use)."""
+    global _PLUGINS
+    if _PLUGINS is None:
+        _PLUGINS = []
+        plugins.load("family", check=_check_plugin)  # each checked one is added to _PLUGINS
+    return ADAPTERS + _PLUGINS
+
+
+def _check_plugin(cls, ep) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise TypeError(f"it is {cls!r}, not a glmc.adapters.base.Adapter subclass")
+    if cls.family != ep.name:
+        raise ValueError(f"its family is {cls.family!r}: name the entry point the same")
+    loaded = _PLUGINS if _PLUGINS is not None else []
+    if cls.family in FAMILIES or any(c.family == cls.family for c in loaded):
+        raise ValueError(f"the family {cls.family!r} is already registered")
+    loaded.append(cls)
+
+
+def families() -> tuple[str, ...]:
+    return tuple(cls.family for cls in adapters())
 
 
 def adapter_for(model, check: bool = True) -> Adapter:
     """The adapter of `model`'s family. With `check` (the default), a model with a feature glmc cannot
     transform exactly raises UnsupportedModel; without it (running, saving) any model of the family passes."""
-    for cls in ADAPTERS:
+    for cls in adapters():
         if cls.matches(model):
             adapter = cls()
             if check:
                 adapter.check_supported(model)
             return adapter
     raise UnsupportedModel(f"no glmc adapter for {type(model).__module__}.{type(model).__name__} "
-                           f"(supported families: {', '.join(FAMILIES)})")
+                           f"(supported families: {', '.join(families())})")
 
 
 def adapter_named(family: str) -> Adapter:
-    for cls in ADAPTERS:
+    for cls in adapters():
         if cls.family == family:
             return cls()
-    raise UnsupportedModel(f"unknown model family {family!r}; expected one of {', '.join(FAMILIES)}")
+    raise UnsupportedModel(f"unknown model family {family!r}; expected one of {', '.join(families())}")
 
 
 def adapter_for_dir(path) -> Adapter:
@@ -49,13 +76,13 @@ def adapter_for_dir(path) -> Adapter:
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"model directory not found: {path}")
-    claims = [cls for cls in ADAPTERS if cls.claims_dir(p)]
+    claims = [cls for cls in adapters() if cls.claims_dir(p)]
     if len(claims) == 1:
         return claims[0]()
     if claims:
         raise UnsupportedModel(f"{path} holds files of several families ({', '.join(c.family for c in claims)}); "
                                "keep one model per directory")
-    formats = ", ".join(f"{cls.label} ({cls.dir_format})" for cls in ADAPTERS)
+    formats = ", ".join(f"{cls.label} ({cls.dir_format})" for cls in adapters())
     files = sorted(f.name for f in p.iterdir())
     if not files:
         raise FileNotFoundError(f"{path} holds no model (it is empty); glmc reads {formats}")

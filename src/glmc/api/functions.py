@@ -33,23 +33,22 @@ from glmc.api.transform import Transform
 from glmc.errors import BadCheckpoint, BadOption  # noqa: F401  (BadCheckpoint: named by callers)
 from glmc.invariance import verify_model
 from glmc.io import atomic_dir
-from glmc.matching import METHODS, _method_function, method_options
 from glmc.matching import align as match
+from glmc.matching import method_options
 from glmc.matching.common import max_logit_change
-from glmc.matching.merge import merge_models
-from glmc.matching.weight import wants_data
+from glmc.methods import BUILTIN, methods_doc
+from glmc.methods import method as method_record
+from glmc.methods import names as method_names
 from glmc.models.checkpoint import load_checked
 from glmc.models.evaluate import evaluate as run
 from glmc.models.inspect import check_models
-from glmc.options import METHOD_OPTIONS, RENAMED, BarrierOptions, MergeOptions, Options, WeightOptions, methods_doc
+from glmc.options import RENAMED, BarrierOptions, MergeOptions, Options, WeightOptions
 from glmc.paths.barrier import path_curve
 from glmc.paths.interpolate import eval_dtype
 from glmc.paths.simplex import simplex_surface
 from glmc.provenance import full_options, provenance
 from glmc.tasks import task as get_task
 from glmc.view.circuit import CircuitModel, circuit_model
-
-SIMPLEX_METHODS = ("none", "weight", "learned")
 
 
 def load_model(path_or_id, device=None, cache_dir=None, revision=None):
@@ -133,20 +132,17 @@ def align(model_a, model_b, method: str = "weight", data=None, *, options=None, 
         IncompatibleModels: different families, depths or head layouts. BadOption: an option value glmc cannot
         use. BadData: a data-driven method without data. TypeError: an unknown option.
     """
-    if method not in METHODS:
-        raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
+    record = method_record(method)  # an unknown method is refused by name
     options = _method_options(method, options, kw)
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
     _check([model_a, model_b])
     model_a, model_b = in_dtype(model_a, compute), in_dtype(model_b, compute)
-    func = _method_function(method)
-    if method == "weight":  # data-free; data only selects the embedding rows of seen tokens
-        if options.get("seen_tokens"):
-            options["data"] = resolve_data(data, model_a, required="weight matching with seen_tokens=True")
-        elif wants_data(model_a, **options):  # the paper's seen tokens, and choosing among candidates
-            options["data"] = resolve_data(data, model_a)
-    elif func is not None and "data" in _parameters(func):
+    if record.data == "required":
         options["data"] = resolve_data(data, model_a, required=f"{method} matching")
+    elif options.get("seen_tokens"):  # weight matching's paper-style fit of the seen embedding rows
+        options["data"] = resolve_data(data, model_a, required=f"{method} matching with seen_tokens=True")
+    elif record.needs_data(model_a, options):  # e.g. weight matching choosing among candidates, on data if any
+        options["data"] = resolve_data(data, model_a)
     al = match(model_a, model_b, method, **options)
     _inherit(al.model_a, model_a)
     _inherit(al.model_b, model_b)
@@ -179,7 +175,7 @@ def _data_record(ds, batches=None) -> dict | None:
 def _method_options(method: str, options, kw: dict) -> dict:
     """Every option of `method` as keywords for glmc.matching.align, validated by its options class (an
     unknown name: TypeError; a bad value: BadOption; an old name: DeprecationWarning)."""
-    cls = METHOD_OPTIONS.get(method)
+    cls = method_record(method).options
     if cls is None:  # "none": the raw pair; only pairs of different widths take an option
         if options is not None:
             raise TypeError(f"method {method!r} takes no options object")
@@ -189,7 +185,13 @@ def _method_options(method: str, options, kw: dict) -> dict:
         if kw.get("null_space") is not None:
             WeightOptions(null_space=kw["null_space"])  # the same choices
         return dict(kw)
-    return cls.build(options, _stacklevel=4, **kw).as_dict()
+    if "null_space" in cls.names() or kw.get("null_space") is None:
+        kw = {k: v for k, v in kw.items() if k != "null_space" or "null_space" in cls.names()}
+        return cls.build(options, _stacklevel=4, **kw).as_dict()
+    # a method whose class has no null_space (a plugin's): the pair option is checked and kept beside its fields
+    pair = {"null_space": kw.pop("null_space")}
+    WeightOptions(null_space=pair["null_space"])  # the same choices
+    return {**cls.build(options, _stacklevel=4, **kw).as_dict(), **pair}
 
 
 def _check(models) -> None:
@@ -219,10 +221,6 @@ def _inherit(derived, model) -> None:
 
 
 _align_pair = align  # `barrier` takes an argument named `align`
-
-
-def _parameters(func) -> list[str]:
-    return list(inspect.signature(func).parameters)
 
 
 def _groups(model):
@@ -273,7 +271,7 @@ def barrier(model_a, model_b=None, data=None, points: int | None = None, align=N
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
     models = [in_dtype(m, compute) for m in models]
     method = "none" if align is None else align.method if isinstance(align, Alignment) else align
-    needs_data = batches is None or method in ("activation", "learned", "learned-perm")
+    needs_data = batches is None or (not isinstance(align, Alignment) and method_record(method).data == "required")
     ds = resolve_data(data, models[0], required="a barrier" if needs_data and batches is None else None)
     if len(models) > 2:
         return _simplex(models, ds, method, evaluation_batches(ds, models[0], split, batch_size, max_batches,
@@ -344,9 +342,8 @@ REPEATED = ("loss_barrier", "loss_barrier_mean", "acc_drop", "acc_drop_mean")
 
 
 def stochastic(method: str) -> bool:
-    """Whether a method's alignment depends on a random seed (its align function takes one)."""
-    func = _method_function(method)
-    return func is not None and "seed" in _parameters(func)
+    """Whether a method's alignment depends on a random seed (its record says so)."""
+    return method_record(method).stochastic
 
 
 def _repeats(model_a, model_b, ds, method, seeds, batches, ev: BarrierOptions, align_options) -> Curve:
@@ -386,11 +383,12 @@ def _dtype_name(dtype) -> str | None:
 
 
 def _simplex(models, ds, method, evals, mode, progress, resolution, samples, options, dtype=None) -> Simplex:
-    if method not in SIMPLEX_METHODS:
-        raise BadOption(f"simplex barriers (3+ models) support {', '.join(SIMPLEX_METHODS)}, not {method!r}")
+    if not method_record(method).simplex:
+        raise BadOption(f"simplex barriers (3+ models) support {', '.join(method_names(simplex=True))}, not "
+                        f"{method!r}")
     t0 = time.perf_counter()
     aligned = list(models)
-    if method != "none":
+    if method_record(method).merge is not None:  # else the raw checkpoints
         aligned = merge(models, method, data=ds, progress=progress, mode=mode, **options).aligned
     ends = aligned
     if mode == "circuit":
@@ -448,8 +446,10 @@ def merge(models, method: str = "weight", data=None, weights=None, *, options=No
     models = [in_dtype(m, compute) for m in models]
     if mode not in ("native", "circuit"):
         raise BadOption(f"unknown mode {mode!r}; choose native or circuit")
-    ds = resolve_data(data, models[0], required="learned merging" if method == "learned" else None)
-    if method == "learned":
+    record = method_record(method)
+    merge_models = record.merge_function()  # a method that cannot merge is refused by name
+    ds = resolve_data(data, models[0], required=f"{method} merging" if record.data == "required" else None)
+    if record.trains:
         learned_options.setdefault("steps", opts.steps)
     merged, aligned, transforms, report = merge_models(models, method, weights, rounds, iterations, data=ds,
                                                        progress=progress, mode=mode, null_space=null_space,
@@ -475,7 +475,7 @@ def merge(models, method: str = "weight", data=None, weights=None, *, options=No
     report["provenance"] = provenance(options={"method": method, **opts.as_dict(), "weights": weights,
                                                "compute_dtype": compute_dtype},
                                       data=_data_record(ds), models=_sources(*models),
-                                      seeds=[opts.seed] if method == "learned" and hasattr(opts, "seed") else None)
+                                      seeds=[opts.seed] if record.stochastic else None)
     return result
 
 
@@ -522,7 +522,7 @@ class Verification(dict):
 def _generated_options_doc() -> None:
     """The options part of help(align), help(barrier) and help(merge), generated from the options classes."""
     align.__doc__ = (f"{inspect.cleandoc(align.__doc__ or '')}\n\nOptions by method (glmc/options.py):\n"
-                     f"{methods_doc()}\n")
+                     f"{methods_doc(BUILTIN)}\n")
     barrier.__doc__ = (f"{inspect.cleandoc(barrier.__doc__ or '')}\n\nEvaluation options (glmc.BarrierOptions):\n"
                        f"{BarrierOptions.describe()}\n\nAlignment options: those of glmc.align (help(glmc.align)).\n")
     merge.__doc__ = (f"{inspect.cleandoc(merge.__doc__ or '')}\n\nOptions (glmc.MergeOptions):\n"

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from inspect import cleandoc  # not `import inspect`: the subcommand module glmc.cli.inspect takes that name
 
 import click
 
@@ -79,6 +80,14 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return [c for c in COMMANDS if importlib.util.find_spec(f"glmc.cli.{c}") is not None]
 
+    def format_help_text(self, ctx, formatter):
+        """The group's help, with the families of every registered adapter (glmc's own and plugins')."""
+        from glmc.adapters import adapters
+
+        labels = list(dict.fromkeys(cls.label for cls in adapters()))
+        self.help = f"{cleandoc(main.__doc__ or '')} Families: {', '.join(labels)}."
+        super().format_help_text(ctx, formatter)
+
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
@@ -88,6 +97,8 @@ class LazyGroup(click.Group):
             if e.name == f"glmc.cli.{name}":
                 return None
             raise
+        except GlmcError as e:  # e.g. a broken plugin, met while a command builds its choices from the records
+            raise click.ClickException(one_line(e)) from e
         return module.command
 
     def invoke(self, ctx):
@@ -123,7 +134,7 @@ def join_launch(command: str | None) -> None:
 @click.version_option()
 @click.pass_context
 def main(ctx):
-    """Align, interpolate and merge independently trained Transformers (GPT-2, ViT, Llama)."""
+    """Align, interpolate and merge independently trained Transformers."""
     from glmc.io import terminate_cleanly
     from glmc.memory import release_freed_memory
 

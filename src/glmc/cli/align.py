@@ -18,32 +18,33 @@ from glmc.cli.common import (
     rounding_line,
 )
 from glmc.cli.flags import method_flags, take
-from glmc.options import ActivationOptions, LearnedOptions, WeightOptions
+from glmc.methods import method, names, option_classes, summary_lines
 
 
 @click.command("align")
 @click.argument("model_a", type=MODEL)
 @click.argument("model_b", type=MODEL)
-@click.option("--method", default="weight", show_default=True,
-              type=click.Choice(["weight", "activation", "learned", "learned-perm"]))
+@click.option("--method", "method_name", default="weight", show_default=True, type=click.Choice(names(aligns=True)),
+              help=f"{summary_lines(names(aligns=True))}.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for B′ (a standard checkpoint), transform.safetensors and align.json.")
-@method_flags(WeightOptions, ActivationOptions, LearnedOptions, skip=("batch_size",))
+@method_flags(*option_classes(), skip=("batch_size",))
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 @precision_options()
 @revision_option
 @data_options
-def command(model_a, model_b, method, out_dir, overwrite, compute_dtype, out_dtype, max_shard_size, revision, **kw):
+def command(model_a, model_b, method_name, out_dir, overwrite, compute_dtype, out_dtype, max_shard_size, revision,
+            **kw):
     """Find the symmetry transform π that brings MODEL_B next to MODEL_A and write π(B). π(B) computes exactly
     B's function (checked before writing: max |Δlogits| is reported); the inputs are only read. If the models
     differ in width, the narrower one is embedded exactly into the wider architecture and aligned to the wider
     one (which stays fixed), and that is what is written. Each method takes the flags of its options class
-    (glmc.WeightOptions, ActivationOptions, LearnedOptions) and ignores the others'."""
+    (glmc.WeightOptions, ActivationOptions, LearnedOptions, or a plugin's) and ignores the others'."""
     from glmc.api import align
     from glmc.matching import method_options
-    from glmc.matching.weight import wants_data
 
-    options = take(kw, WeightOptions, ActivationOptions, LearnedOptions)
+    record = method(method_name)
+    options = take(kw, *option_classes())
     data_kw = kw
     options["progress"] = options["progress"] and distributed.is_main()  # one set of progress bars under a launch
     mode = options["mode"]
@@ -53,14 +54,14 @@ def command(model_a, model_b, method, out_dir, overwrite, compute_dtype, out_dty
     device = pick_device(data_kw.pop("device"))
     a, b = load_models([model_a, model_b], device, compute_dtype)
     ds = None
-    if method != "weight":
+    options = method_options(record.name, options)
+    if record.data == "required":
         ds, _, _ = load_eval_data(model_a, model=a, **data_kw)
-    elif wants_data(a, **method_options("weight", options)):
+    elif record.needs_data(a, options):  # e.g. weight matching's seen tokens, or its choice among candidates
         ds = _training_tokens(model_a, a, data_kw)
-    options = method_options(method, options)
     t0 = time.perf_counter()
-    al = align(a, b, method, data=ds, compute_dtype=compute_dtype, dtype=None if out_dtype == "auto" else out_dtype,
-               **options)
+    al = align(a, b, record.name, data=ds, compute_dtype=compute_dtype,
+               dtype=None if out_dtype == "auto" else out_dtype, **options)
     seconds = time.perf_counter() - t0
     al.report["seconds"] = seconds
     if ds is not None and isinstance(getattr(ds, "spec", None), dict):
@@ -75,7 +76,7 @@ def command(model_a, model_b, method, out_dir, overwrite, compute_dtype, out_dty
     if al.fill:
         click.echo(f"null space ({al.report['null_space']}): {len(al.fill)} tensors of free reader weights filled "
                    "toward the wide model (exact; null_space_fill.safetensors)")
-    click.echo(f"aligned {target} to {ref} with {method} matching in {seconds:.1f} s")
+    click.echo(f"aligned {target} to {ref} with {record.name} matching in {seconds:.1f} s")
     if "select" in al.report:
         losses = ", ".join(f"{c['name']} {c['midpoint_loss']:.4f}" for c in al.report["select"]["candidates"])
         click.echo(f"kept {al.report['chosen']}: the lowest midpoint loss on {al.report['select']['batches']} "

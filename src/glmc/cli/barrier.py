@@ -19,28 +19,29 @@ from glmc.cli.common import (
     revision_option,
     write_json,
 )
-from glmc.cli.flags import flag, method_flags, take
-from glmc.options import ActivationOptions, BarrierOptions, LearnedOptions, MergeOptions, WeightOptions, field_of
+from glmc.cli.flags import flag, method_flags, renamed_flag, take
+from glmc.methods import method as method_record
+from glmc.methods import names, option_classes, summary_lines
+from glmc.options import BarrierOptions, MergeOptions, field_of
 
 
 @click.command("barrier")
 @click.argument("models", nargs=-1, required=True, type=MODEL)
 @click.option("--align", "methods", default="none", show_default=True,
-              help="Comma-separated alignment methods: none, weight, activation, activation-perm (Verma & Elbayad: a "
-              "permutation of the residual stream), learned, learned-perm.")
+              help=f"Comma-separated alignment methods: {summary_lines()}. Three or more models: "
+              f"{', '.join(names(simplex=True))}.")
 @flag(BarrierOptions, "points")
 @data_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write all results as JSON here.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the per-λ curves as CSV here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss/accuracy figure here.")
-@method_flags(WeightOptions, ActivationOptions, LearnedOptions, skip=("mode", "progress", "batch_size", "batches"))
+@method_flags(*option_classes(), skip=("mode", "progress", "batch_size", "batches"))
 @flag(BarrierOptions, "resolution")
 @flag(BarrierOptions, "samples")
 @flag(MergeOptions, "concentration",
       help="3+ models, learned: " + field_of(MergeOptions, "concentration").metadata["help"])
 @flag(BarrierOptions, "eval_dtype")
-@click.option("--dtype", "old_dtype", default=None, hidden=True, type=click.Choice(["float32", "bfloat16", "float16"]),
-              deprecated="use --eval-dtype")
+@renamed_flag("--dtype", "--eval-dtype", "old_dtype", type=click.Choice(["float32", "bfloat16", "float16"]))
 @flag(BarrierOptions, "seeds", help="Comma-separated: " + field_of(BarrierOptions, "seeds").metadata["help"])
 @click.option("--decompose", is_flag=True, help="Also decompose each path: only one part interpolated, and only "
               "that part kept at A, per role, layer and layer × role (docs/workflows.md).")
@@ -61,13 +62,14 @@ def command(models, methods, points, json_path, csv_path, plot_path, resolution,
     the paper's loss barrier, Git Re-Basin's mean-of-endpoints barrier and the accuracy drop.
     The data set, split and tokenizer come from A's glmc.json unless --data is given.
     With three or more models: the loss over the simplex Σλ_m·θ_m (a triangular grid for 3, sampled points
-    beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (methods: none, weight,
-    learned, each aligning all models to a shared universe). Each alignment method takes the flags of its
-    options class (as `glmc align`; --batch-size is the evaluation's, --train-batch-size a method's training)."""
+    beyond), the multi-model barrier max[L(Σλθ) − ΣλL(θ)], and a ternary heat map (the methods with simplex
+    support, --align lists them, each aligning all models to a shared universe). Each alignment method takes the
+    flags of its options class (as `glmc align`; --batch-size is the evaluation's, --train-batch-size a method's
+    training)."""
     from glmc.experiments.barriers import format_decompositions, format_table, run_barriers, write_csv
 
     progress = progress and distributed.is_main()  # one set of progress bars under a launch
-    align_options = take(kw, WeightOptions, ActivationOptions, LearnedOptions, skip=("mode", "progress"))
+    align_options = take(kw, *option_classes(), skip=("mode", "progress"))
     data_kw = kw
     dtype = old_dtype or eval_dtype
     steps = align_options["steps"]
@@ -162,8 +164,9 @@ def _simplex(paths, models, ds, batches, data_info, methods, resolution, samples
 
     results = {}
     for method in methods:
-        options = {"steps": steps or MergeOptions.steps, "concentration": concentration} if method == "learned" \
-            else {}
+        # a method that trains refines the universe on the simplex with the merge's training options
+        options = {"steps": steps or MergeOptions.steps, "concentration": concentration} \
+            if method_record(method).trains else {}
         s = barrier(models, data=ds, align=method, batches=batches, mode=mode, progress=progress,
                     resolution=resolution, samples=samples, eval_dtype=dtype, **options)
         results[method] = s.to_dict()

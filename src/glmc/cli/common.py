@@ -16,7 +16,9 @@ from glmc.options import BarrierOptions
 def data_options(f):
     @click.option("--data", default=None, help="Data override (e.g. shakespeare, text:PATH, mnist); default: "
                   "what model A's glmc.json records.")
-    @click.option("--tokenizer", default=None, help="With --data for text: tokenizer directory or spec.")
+    @click.option("--tokenizer", default=None, type=click.Path(exists=True, file_okay=False),
+                  help="With --data for text: a directory holding the tokenizer to read it with (tokenizer.json, "
+                  "as save_pretrained writes it); default: model A's own.")
     @flag(BarrierOptions, "split")
     @flag(BarrierOptions, "batch_size")
     @flag(BarrierOptions, "max_batches")
@@ -288,15 +290,12 @@ def check_plot_path(path, option: str = "--plot", inputs=()) -> None:
                                      param_hint=option)
 
 
-SIMPLEX_METHODS = ("none", "weight", "learned")
-
-
 def parse_methods(text: str, option: str, simplex: bool = False) -> list[str]:
     """Comma-separated alignment method names, each one glmc implements (for 3+ models: a simplex method)."""
-    from glmc.matching import available_methods
+    from glmc.methods import names
 
     methods = [m.strip() for m in text.split(",") if m.strip()]
-    known = [m for m in available_methods() if not simplex or m in SIMPLEX_METHODS]
+    known = names(simplex=True) if simplex else names()
     bad = [m for m in methods if m not in known]
     if not methods or bad:
         what = f"unknown method {bad[0]!r}" if bad else "no method given"

@@ -21,9 +21,9 @@ DEFAULT_FAMILY = "gpt2"
 def demo_families() -> dict:
     """family -> (model shape, what the models are called): every registered adapter that declares a demo
     (Adapter.demo_shape, demo_label), trained on characters of Shakespeare."""
-    from glmc.adapters import ADAPTERS
+    from glmc.adapters import adapters
 
-    return {cls.family: (cls.demo_shape, cls.demo_label) for cls in ADAPTERS if cls.demo_shape}
+    return {cls.family: (cls.demo_shape, cls.demo_label) for cls in adapters() if cls.demo_shape}
 
 
 class _Families(click.Choice):

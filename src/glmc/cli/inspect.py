@@ -6,6 +6,10 @@ import click
 
 from glmc.cli.common import MODEL, resolve_models, revision_option
 
+# exit status when the report says the models cannot be aligned: scripts can tell it from success (0) and from an
+# error (1: a checkpoint that cannot be read; 2: a usage error)
+CANNOT_ALIGN = 3
+
 
 @click.command("inspect")
 @click.argument("models", nargs=-1, required=True, type=MODEL)
@@ -15,13 +19,19 @@ def command(models, as_json, revision):
     """Report, per model, its family, class, sizes, parameter count, stored dtype, weight files, tokenizer
     fingerprint and every symmetry group glmc uses for it (kind, size) with those it refuses and why; for two or
     more models, whether they can be aligned and, if not, the first reason (the check align, barrier and merge run
-    before any work). Reads the checkpoints only."""
+    before any work). Reads the checkpoints only. Exits with status 3 when the models cannot be aligned."""
     from glmc.api import inspect
 
     report = inspect(*resolve_models(models, revision))
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        return
+    else:
+        _print(report, len(models))
+    if report.get("compatible") is False:
+        raise SystemExit(CANNOT_ALIGN)
+
+
+def _print(report: dict, n_models: int) -> None:
     for m in report["models"]:
         click.echo(_model_line(m))
         rows = []
@@ -38,7 +48,7 @@ def command(models, as_json, revision):
             click.echo(f"  {role:<{w_role}}{kind:<{w_kind}}{what}")
     if "compatible" in report:
         if report["compatible"]:
-            click.echo(f"can be aligned: the {len(models)} models share family, depth, fixed sizes and tokenizer")
+            click.echo(f"can be aligned: the {n_models} models share family, depth, fixed sizes and tokenizer")
         else:
             click.echo(f"cannot be aligned ({report['reason']}): {report['message']}")
 

@@ -16,18 +16,22 @@ from glmc.cli.common import (
     rounding_line,
 )
 from glmc.cli.flags import method_flags, take
+from glmc.cli.recipe import TOP as RECIPE_KEYS
+from glmc.methods import method as method_record
+from glmc.methods import names, summary_lines
 from glmc.options import MergeOptions
 
 
 @click.command("merge")
 @click.argument("models", nargs=-1, type=MODEL)
 @click.option("--config", "config", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="A YAML recipe (models, method, weights, mode, options, data, evaluation, output); see "
-                   "`glmc merge --help` and the README. The command line then only takes --out, --overwrite, "
-                   "--device and --progress.")
+              help=f"A YAML recipe with the keys {', '.join(sorted(RECIPE_KEYS))} (options: the flags below as "
+                   "keys, e.g. rounds: 3); the format, with an example: docs/howto/merge-recipe.md. The command "
+                   "line then only takes --out, --overwrite, --device and --progress.")
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Directory for the merged model; aligned/ holds each aligned model, merge.json the report.")
-@click.option("--method", default="weight", show_default=True, type=click.Choice(["weight", "learned"]))
+@click.option("--method", default="weight", show_default=True, type=click.Choice(names(merges=True)),
+              help=f"{summary_lines(names(merges=True))}.")
 @click.option("--weights", default=None, help="Comma-separated merge weights (default: uniform).")
 @method_flags(MergeOptions, skip=("batch_size",))
 @click.option("--overwrite", is_flag=True)
@@ -63,7 +67,7 @@ def command(models, config, out_dir, method, weights, overwrite, no_eval, comput
     check_out_path(out_dir, "--out", overwrite, directory=True, inputs=models)
     loaded = load_models(models, device, compute_dtype)
     # a weight merge without evaluation needs no data; learned refinement trains on it either way
-    ds, batches, info = (None, None, {}) if no_eval and method == "weight" else \
+    ds, batches, info = (None, None, {}) if no_eval and method_record(method).data != "required" else \
         load_eval_data(models[0], model=loaded[0], **data_kw)
     if no_eval:
         batches = None

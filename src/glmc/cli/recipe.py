@@ -28,6 +28,7 @@ from pathlib import Path
 
 from glmc.errors import BadOption
 from glmc.io import read_yaml
+from glmc.methods import names
 from glmc.options import MODES, BarrierOptions, MergeOptions, field_of
 
 TOP = {"models", "method", "weights", "mode", "options", "data", "tokenizer", "evaluation", "output"}
@@ -35,7 +36,7 @@ TOP = {"models", "method", "weights", "mode", "options", "data", "tokenizer", "e
 OPTIONS = {k: t for k, t in MergeOptions.types().items() if k not in ("mode", "progress")}
 EVALUATION_FIELDS = ("split", "batch_size", "max_batches")
 EVALUATION = {**{k: BarrierOptions.types()[k] for k in EVALUATION_FIELDS}, "max_tokens": int}  # max_tokens: the CLI's
-CHOICES = {"method": ("weight", "learned"), "mode": MODES}
+CHOICES = {"method": tuple(names(merges=True)), "mode": MODES}
 
 
 def read_recipe(path) -> dict:

@@ -79,10 +79,10 @@ def command():
 
 def _by_command() -> dict:
     """train command name -> the adapter classes it trains (those with presets), in registry order."""
-    from glmc.adapters import ADAPTERS
+    from glmc.adapters import adapters
 
     out: dict = {}
-    for cls in ADAPTERS:
+    for cls in adapters():
         if cls.presets:
             out.setdefault(cls.train_command or cls.family, []).append(cls)
     return out

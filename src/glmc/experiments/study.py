@@ -45,9 +45,12 @@ from glmc.experiments.executors import (
     make_executor,
 )
 from glmc.io import read_yaml
-from glmc.matching import available_methods
+from glmc.methods import names as available_methods
 from glmc.models.hub import snapshot
 from glmc.provenance import provenance
+
+# what a study compares unless it says otherwise: the raw pair and data-free weight matching
+DEFAULT_METHODS = ("none", "weight")
 
 
 @dataclass
@@ -59,7 +62,7 @@ class Study:
     reference: bool = False
     checkpoints: tuple | None = None
     at: dict | None = None
-    methods: list = field(default_factory=lambda: ["none", "weight"])
+    methods: list = field(default_factory=lambda: list(DEFAULT_METHODS))
     options: dict = field(default_factory=dict)
     executor: str = "local"
     jobs: int = 1
@@ -260,7 +263,7 @@ def load_study(path) -> Study:
         sw.barrier_args(options)
     except BadOption as e:
         raise BadOption(f"{path}: options: {e}") from None
-    methods = [str(m) for m in doc.get("methods", ["none", "weight"])]
+    methods = [str(m) for m in doc.get("methods", DEFAULT_METHODS)]
     bad = [m for m in methods if m not in available_methods()]
     if bad or not methods:
         raise BadOption(f"{path}: methods: " + (f"unknown method {bad[0]!r}" if bad else "none given") +
@@ -323,7 +326,7 @@ def to_yaml(study: Study) -> str:
     return yaml.safe_dump(json.loads(json.dumps({k: v for k, v in doc.items() if v is not None})), sort_keys=False)
 
 
-def sweep(models=(), *, out=None, methods=("none", "weight"), revisions=None, reference: bool = False,
+def sweep(models=(), *, out=None, methods=DEFAULT_METHODS, revisions=None, reference: bool = False,
           checkpoints=None, at=None, file=None, data=None, options: dict | None = None, executor: str | None = None,
           jobs: int | None = None, resources: Resources | dict | None = None, ray_address: str | None = None,
           slurm: SlurmOptions | dict | None = None, wait: bool | None = None, progress: bool = True,

@@ -9,52 +9,40 @@ gains folded, writers centred; same function as the inputs), since the residual 
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 
 from glmc.errors import BadOption, IncompatibleModels
 from glmc.matching.common import Alignment, check_options, max_logit_change, model_device, model_shape
-from glmc.options import ALIGN_CLASSES, METHOD_OPTIONS, RENAMED
+from glmc.methods import method as method_record
+from glmc.methods import methods, option_classes
+from glmc.options import RENAMED
 from glmc.paths.interpolate import Interpolation
 from glmc.view.model_ops import widen_model
 
-# method name -> module under glmc.matching defining `align(model_a, model_b, ...) -> Alignment`
-METHODS = {
-    "none": None,
-    "weight": "weight",
-    "activation": "activation",
-    # Verma & Elbayad's (TMLR 2024) setting: activation matching with a permutation of the residual stream
-    "activation-perm": "activation",
-    "learned": "learned",
-    "learned-perm": "learned",
-}
 NULL_SPACE_MODES = ("learned", "fixed", "off")
 # options `align` itself consumes for pairs of different widths, before a method sees them
 PAIR_OPTIONS = ("null_space",)
 
 
 def available_methods() -> list[str]:
-    return list(METHODS)
+    return list(methods())
 
 
 def _method_function(method: str):
-    if method not in METHODS:
-        raise BadOption(f"unknown alignment method {method!r}; choose from {', '.join(METHODS)}")
-    if METHODS[method] is None:
-        return None
-    return importlib.import_module(f"glmc.matching.{METHODS[method]}").align
+    return method_record(method).function()  # an unknown method is refused by name
 
 
 def method_options(method: str, options: dict) -> dict:
     """The subset of `options` (one set shared by several methods, as the CLI has) that `method` takes (the
     fields of its options class, glmc/options.py, and their old names); an option no method takes is refused."""
-    func = _method_function(method)  # an unknown method is refused by name
-    known = {k for cls in ALIGN_CLASSES for k in _names(cls)} | set(PAIR_OPTIONS) | {"data"}
+    record = method_record(method)  # an unknown method is refused by name
+    known = {k for cls in option_classes() for k in _names(cls)} | set(PAIR_OPTIONS) | {"data"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"unknown alignment option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    take = set(_names(METHOD_OPTIONS[method])) if method in METHOD_OPTIONS else set()
+    take = set(_names(record.options)) if record.options is not None else set()
     # the data a method trains on (or selects with) is not an option of its class, but goes where it is taken
+    func = record.function()
     take |= {"data"} & set(_accepted(func) if func is not None else ())
     return {k: v for k, v in options.items() if k in take or k in PAIR_OPTIONS}
 
@@ -72,17 +60,15 @@ def _accepted(func) -> list[str]:
 def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
     """Bring `model_b` next to `model_a` by a symmetry transform; see the module docstring. Options are the
     method's own (glmc.matching.weight.align, activation.align, learned.align); an unknown one raises TypeError."""
-    func = _method_function(method)
+    record = method_record(method)
+    func = record.function()
     if model_shape(model_a) != model_shape(model_b):
         return _align_widths(model_a, model_b, method, **options)
     options.pop("null_space", None)  # only pairs of different widths have a null space to fill
     if func is None:
         check_options(method, lambda: None, options)
-        return Alignment(model_a, model_b, None, {"method": "none"})
-    if method == "learned-perm":
-        options["permutations_only"] = True
-    if method == "activation-perm":
-        options["residual"] = "permutation"
+        return Alignment(model_a, model_b, None, {"method": method})
+    options.update(record.preset)
     check_options(method, func, options)
     return func(model_a, model_b, **options)
 
@@ -102,26 +88,27 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
     embedded = widen_model(narrow, w[1], n_head=w[2], d_mlp=w[4], d_head=w[3]).to(model_device(narrow))
     # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
     eps_effect = _eps_effect(embedded, wide)
-    learned = method.startswith("learned")
+    learned = method_record(method).trains
     if learned and options.get("sampler") is None:
         # λ over the whole path: the paper's code draws λ nearer the wide model, which leaves the barrier on the
         # narrow side of the path untrained (decision D13)
         options["sampler"] = "uniform"
-    # the embedded model's free reader weights (align/nullspace.py): "learned" trains them with the other
+    # the embedded model's free reader weights (glmc/matching/nullspace.py): "learned" trains them with the other
     # latents, "fixed" copies the wide model's, "off" leaves the zeros of the embedding
     null_space = options.pop("null_space", None) or ("learned" if learned else "fixed")
     if null_space not in NULL_SPACE_MODES:
         raise BadOption(f"unknown null-space mode {null_space!r}; choose from {', '.join(NULL_SPACE_MODES)}")
     if null_space == "learned" and not learned:
         raise BadOption("null_space='learned' needs learned matching (it trains on the task loss)")
-    if method != "none":
+    if method_record(method).align is not None:
         options["fill"] = null_space != "off"
     if learned:
         options["learn_free"] = null_space == "learned"
     inner = align(wide, embedded, method, **options)
     widened = {"from": list(model_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow else "B",
                "eps_effect_max_dlogits": eps_effect, "embedding_max_dlogits": max_logit_change(narrow, embedded)}
-    report = {**inner.report, "null_space": null_space if method != "none" else "off", "widened": widened}
+    report = {**inner.report, "null_space": null_space if inner.transform is not None else "off",
+              "widened": widened}
     pair = (inner.model_b, inner.model_a) if a_narrow else (inner.model_a, inner.model_b)
     return Alignment(pair[0], pair[1], inner.transform, report, moved="A" if a_narrow else "B", fill=inner.fill)
 

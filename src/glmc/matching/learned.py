@@ -1,7 +1,7 @@
 """Learned matching (the paper's Algorithm 1) in the native architecture.
 
 Latent parameters for every declared group, initialised at the weight-matching solution; each group's kind
-(glmc/symmetry/kinds.py) says how its latent is parametrised and projected, e.g.
+(glmc/symmetry/kinds/) says how its latent is parametrised and projected, e.g.
   orthogonal-fixing-ones   Z ∈ R^{(d−1)×(d−1)}, O = 11ᵀ/d + U·polar(Z)·Uᵀ (the LayerNorm residual)
   permutation              Z ∈ R^{n×n}, P = Hungarian(Z) (straight-through; Sinkhorn with `soft`): heads, MLP
                            units, and the residual with `permutations_only` (its declared subgroup). Trained only
@@ -195,7 +195,7 @@ class LearnedMatcher:
         self.blocks = self._blocks(adapter) if checkpoint else []
         self.views = [{k: v.to(self.device) for k, v in view.items()} for view in views]
         self.latents = torch.nn.ModuleList(Latents(t, arch, kinds, soft) for t in inits).to(self.device)
-        # per moved model: its null-space probes (an embedded narrower model, align/nullspace.py) or None
+        # per moved model: its null-space probes (an embedded narrower model, glmc/matching/nullspace.py) or None
         self.probes = [None if p is None else {k: v.to(self.device) for k, v in p.items()}
                        for p in (probes or [None] * len(inits))]
         self._first = [None] * len(inits)  # per moved model: (constant_state, its view under the constant groups)

@@ -36,6 +36,8 @@ from glmc.matching.common import (
 from glmc.matching.learned import SIMPLEX_DEFAULTS, LearnedMatcher
 from glmc.matching.nullspace import fill_exact, free_probes
 from glmc.memory import is_parked, park, release_keys, trim
+from glmc.methods import method as method_record
+from glmc.methods import names
 from glmc.options import MergeOptions as M
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.model_ops import widen_model
@@ -102,9 +104,11 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
     the weighted average of the full-width ones (`null_space="fixed"`, glmc/matching/nullspace.py; "off": zeros).
     Results are placed on the first model's device; the inputs are neither moved nor modified.
     `learned_options` go to the refinement (LearnedMatcher.fit: steps, lr, concentration, …) and are only used
-    with method="learned"; a name fit does not take raises TypeError."""
-    if method not in ("weight", "learned"):
-        raise BadOption(f"unknown merge method {method!r}; choose weight or learned")
+    with a method that trains (learned); a name fit does not take raises TypeError."""
+    record = method_record(method)
+    if record.merge is None:
+        raise BadOption(f"glmc cannot merge with {method!r}; choose {', '.join(names(merges=True))}")
+    refine = record.trains  # universe weight matching, then (learned) every transform trained on the simplex
     if "train_batch_size" in learned_options:  # MergeOptions' name for the training batch size
         learned_options["batch_size"] = learned_options.pop("train_batch_size")
     check_options("learned refinement", LearnedMatcher.fit, learned_options)
@@ -115,10 +119,10 @@ def merge_models(models: list, method: str = "weight", weights=None, rounds: int
     if abs(sum(weights) - 1) > 1e-6:
         raise BadOption(f"merge weights must sum to 1, got {weights}")
     if balanced is None:  # learned refinement starts from the unweighted fit, as pairs do (glmc/matching/learned.py)
-        balanced = method != "learned"
+        balanced = not refine
     transforms, log = universe_alignment(views, arch, weights, rounds, iterations, progress, balanced)
     report = {"method": method, "weights": weights, "universe": log, "widened": widened}
-    if method == "learned":
+    if refine:
         transforms, fit = refine_on_simplex(models, views, adapter, arch, transforms, data, progress, mode,
                                             **learned_options)
         report["learned"] = fit

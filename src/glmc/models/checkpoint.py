@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from glmc.adapters import ADAPTERS, adapter_for, adapter_for_dir
+from glmc.adapters import adapter_for, adapter_for_dir, adapters
 from glmc.adapters.files import pickled_headers, renamed, weight_files
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
 from glmc.memory import FilePages, register_weight_files, trim
@@ -59,7 +59,7 @@ def load_checked(path):
 
 def config_files() -> dict[str, str]:
     """{config file name: whose format it is} of every registered family (Adapter.config_file, config_format)."""
-    return {cls.config_file: cls.config_format for cls in ADAPTERS}
+    return {cls.config_file: cls.config_format for cls in adapters()}
 
 
 def check_files(path) -> None:

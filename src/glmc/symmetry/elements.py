@@ -26,7 +26,7 @@ With these conventions orthogonal maps act identically in both modes, and compos
 
 Sharing: an element of size n may act on an axis of n·r entries, each index (or, for a batched map, each
 copy) then serving r consecutive entries — the query heads that share one key/value head under grouped-query
-attention. Which kinds of element a group allows is declared in glmc/symmetry/kinds.py and spec.py.
+attention. Which kinds of element a group allows is declared in glmc/symmetry/kinds/ and spec.py.
 
 `DenseMap` is the differentiable form learned matching trains: a dense matrix acting in the tensor's own dtype,
 with the contravariant side taken as the matrix itself when it is orthogonal. Two structured forms give the same

@@ -71,7 +71,7 @@ ROWS = (
 class GroupSpec:
     """What one role's group is, for one model: declared by the adapter (glmc/adapters/base.py, Arch.groups)."""
 
-    kind: str  # a name from glmc/symmetry/kinds.py
+    kind: str  # a name from glmc/symmetry/kinds/
     size: int
     batch: int | None = None  # independent copies (one map per head, or per key/value head)
     per_layer: bool = False

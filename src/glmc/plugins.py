@@ -1,0 +1,57 @@
+"""Extensions from other packages: Python entry points, as pytest and MkDocs find their plugins.
+
+A package extends glmc by declaring, in its own pyproject.toml, one entry point per record:
+
+    [project.entry-points."glmc.methods"]
+    my-method = "my_package.glmc_plugin:METHOD"          # a glmc.methods.Method
+    [project.entry-points."glmc.families"]
+    my-family = "my_package.glmc_plugin:MyAdapter"       # a glmc.adapters.base.Adapter subclass
+    [project.entry-points."glmc.tasks"]
+    my-task = "my_package.glmc_plugin:TASK"              # a glmc.tasks.Task
+
+Each registry loads its group the first time it is read (glmc's own records first), so installing the package
+is all it takes: no edit inside glmc. The entry point's name must be the record's name; a plugin that fails to
+import, names a record wrongly or reuses a name glmc already has is refused by name (PluginError).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from glmc.errors import GlmcError
+
+GROUPS = {"method": "glmc.methods", "family": "glmc.families", "task": "glmc.tasks"}
+
+
+class PluginError(GlmcError, RuntimeError):
+    """An installed package's glmc entry point that cannot be used; the message names the package and the fix."""
+
+
+def entry_points(kind: str) -> list[importlib.metadata.EntryPoint]:
+    """The installed entry points of one extension point (`kind`: a key of GROUPS), sorted by name."""
+    return sorted(importlib.metadata.entry_points(group=GROUPS[kind]), key=lambda e: e.name)
+
+
+def load(kind: str, check=None) -> list:
+    """Every installed plugin record of `kind`, loaded. `check(record, entry_point)` raises what is wrong with
+    one (its message then names the package)."""
+    out = []
+    for ep in entry_points(kind):
+        where = f"{ep.name} = {ep.value!r} (package {_package(ep)}, entry point group {GROUPS[kind]!r})"
+        try:
+            record = ep.load()
+        except Exception as e:  # noqa: BLE001 — any failure of a third party's import is reported, by name
+            raise PluginError(f"the glmc {kind} plugin {where} failed to load: {type(e).__name__}: {e} (fix or "
+                              "uninstall that package)") from e
+        try:
+            if check is not None:
+                check(record, ep)
+        except (TypeError, ValueError) as e:
+            raise PluginError(f"the glmc {kind} plugin {where} is not usable: {e}") from e
+        out.append(record)
+    return out
+
+
+def _package(ep) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"{dist.name} {dist.version}" if dist is not None else "unknown"
