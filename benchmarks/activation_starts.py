@@ -53,10 +53,11 @@ def main(argv=None):
     import glmc.data
     from glmc.matching import align
     from glmc.matching import alternation as wm
-    from glmc.matching.common import canonical_pair, finish, model_device
+    from glmc.matching.common import canonical_pair, finish
     from glmc.matching.learned import DEFAULT_LR, DEFAULT_PERM_LR, DEFAULT_STEPS, LearnedMatcher
     from glmc.matching.residual_fit import residual_kind, solve_residual
     from glmc.models import load_model
+    from glmc.models.evaluate import model_device
     from glmc.symmetry.spec import split_name
     from glmc.symmetry.transform import Transform
 

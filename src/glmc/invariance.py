@@ -28,11 +28,6 @@ def probe_inputs(model, n: int = 2, seq: int = 32, gen: torch.Generator | None =
     return adapter_for(model, check=False).probe_inputs(model, n, seq, gen or torch.Generator().manual_seed(0))
 
 
-def image_shape(model) -> tuple[int, int]:
-    """(channels, height) of the images an image model reads (kept for older callers)."""
-    return tuple(probe_inputs(model, n=1).shape[1:3])
-
-
 def compare(ref_logits: torch.Tensor, model, inputs: torch.Tensor, task: str) -> tuple[float, float]:
     """(max |Δlogits|, |Δloss|) of `model` against reference logits; the loss uses random targets for
     classifiers and next tokens for LMs."""

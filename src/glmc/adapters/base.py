@@ -294,6 +294,3 @@ class Adapter:
         """The same function with an untied head (needed to interpolate a tied with an untied model)."""
         return model
 
-
-def copy_view(view: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in view.items()}

@@ -172,23 +172,12 @@ def _train(adapter, opts, extra):
     out = Path(opts["out"] or f"runs/{family}-{_short(spec['source'])}-seed{cfg.seed}")
     if out.exists() and not opts["overwrite"]:
         raise click.ClickException(f"{out} exists; pass --overwrite to replace it or choose another --out")
-    from glmc.cli.common import check_out_path
+    from glmc.cli.common import check_out_path, pick_device
 
     check_out_path(out, "--out", directory=True)  # not below a file, not a file: refused before training
     _, record = run(family, spec, shape, cfg, out=out, progress=not opts["quiet"], overwrite=True, log=log,
-                    device=_device(opts["device"]))
+                    device=pick_device(opts["device"]))
     click.echo(summary(record, out))
-
-
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise click.BadParameter("CUDA is not available on this machine", param_hint="--device")
-    return device
 
 
 def _short(source: str) -> str:

@@ -22,7 +22,7 @@ from .mlm import load_mlm
 from .spec import parse_spec, task_of
 from .vision import ImageDataset, load_images
 
-__all__ = ["load", "load_for_model", "parse_spec", "task_of", "LMDataset", "ImageDataset"]
+__all__ = ["load", "load_for_model", "parse_spec", "task_of", "training_stream", "LMDataset", "ImageDataset"]
 
 _CACHE: dict = {}
 
@@ -55,6 +55,15 @@ def load(spec, *, use_tokenizer=None, use_preprocessor=None, **options):
     if key is not None:  # under the completed spec too, which is what later callers pass back
         _CACHE[key] = _CACHE[(json.dumps(ds.spec, sort_keys=True), key[1])] = ds
     return ds
+
+
+def training_stream(ds, batch_size: int, seed: int):
+    """An endless stream of training batches, epoch after epoch, epoch e in the order seeded by
+    seed·1_000_003 + e: one rule for training endpoints and for learned matching's training."""
+    epoch = 0
+    while True:
+        yield from ds.batches("train", batch_size, seed=seed * 1_000_003 + epoch, shuffle=True)
+        epoch += 1
 
 
 def load_for_model(model_dir, **options):

@@ -32,8 +32,6 @@ from .mlm import check_kind as check_mlm_kind
 from .text import DEFAULT_SPLIT
 from .tokenizer import check_kind
 
-TEXT_SOURCES = ("shakespeare", "python-stdlib", "text:")
-IMAGE_SOURCES = ("mnist", "fashion-mnist", "digits", "cifar10:", "cifar100:", "folder:")
 # which image sources augment by default: CIFAR-style natural images do, digit-like ones do not
 AUGMENT_DEFAULT = {"cifar10": "crop-flip", "cifar100": "crop-flip"}
 AUGMENTS = ("none", "crop-flip")

@@ -12,9 +12,10 @@ import copy
 import inspect
 
 from glmc.errors import BadOption, IncompatibleModels
-from glmc.matching.common import Alignment, check_options, max_logit_change, model_device, model_shape
+from glmc.matching.common import Alignment, check_options, max_logit_change, model_shape
 from glmc.methods import method as method_record
 from glmc.methods import methods, option_classes
+from glmc.models.evaluate import model_device
 from glmc.options import RENAMED
 from glmc.paths.interpolate import Interpolation
 from glmc.view.model_ops import widen_model

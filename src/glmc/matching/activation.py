@@ -25,9 +25,10 @@ from tqdm.auto import tqdm
 
 from glmc.errors import BadOption, UnsupportedModel
 from glmc.matching.assignments import assignment, grouped_assignment
-from glmc.matching.common import canonical_pair, finish, model_device
+from glmc.matching.common import canonical_pair, finish
 from glmc.matching.nullspace import free_probes
 from glmc.matching.residual_fit import residual_kind, streamed_distance
+from glmc.models.evaluate import model_device
 from glmc.options import ActivationOptions
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind

@@ -17,6 +17,7 @@ from glmc.errors import IncompatibleModels
 from glmc.invariance import probe_inputs
 from glmc.matching.nullspace import fill_exact
 from glmc.memory import FilePages, is_parked, paged_forward, park, release_keys, row_slices, trim
+from glmc.models.evaluate import model_device
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys, instantiate
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
@@ -186,10 +187,6 @@ def max_logit_change(model, other, n: int = 2) -> float:
 # the core invariant, checked on every aligned model before it is returned or written (the same bound as
 # `glmc verify`)
 FUNCTION_TOL = 1e-4
-
-
-def model_device(model) -> torch.device:
-    return next(model.parameters()).device
 
 
 def model_shape(model) -> tuple[int, int, int, int, int]:

@@ -39,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from glmc import distributed
+from glmc.data import training_stream
 from glmc.errors import BadOption
 from glmc.matching import nullspace
 from glmc.matching.alternation import weight_matching
@@ -158,8 +159,7 @@ def _key(name: str) -> str:
 
 
 def _train_batches(data, batch_size, seed):
-    for epoch in itertools.count():
-        yield from data.batches("train", batch_size, seed=seed * 1_000_003 + epoch, shuffle=True)
+    return training_stream(data, batch_size, seed)
 
 
 def sample_weights(sampler: str, k: int, rng: random.Random, bias: float = 0.0,

@@ -20,9 +20,10 @@ import torch
 
 from glmc.errors import BadData, BadOption
 from glmc.matching.alternation import weight_matching
-from glmc.matching.common import canonical_pair, finish, model_device
+from glmc.matching.common import canonical_pair, finish
 from glmc.matching.paper import fits_head_maps, paper_transform, runs_on
 from glmc.matching.residual_fit import residual_kind, seen_token_rows, streamed_distance
+from glmc.models.evaluate import model_device
 from glmc.paths.barrier import evaluate_batches
 from glmc.paths.interpolate import Interpolation
 from glmc.symmetry.transform import apply_elements

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from glmc.adapters import adapter_for
 from glmc.errors import BadOption
+from glmc.models.evaluate import model_device
 from glmc.paths.barrier import evaluate_batches, path_curve
 from glmc.paths.interpolate import Interpolation, eval_dtype, harmonise
 from glmc.symmetry.parts import groupings
@@ -45,12 +46,8 @@ def canonical_views(model_a, model_b):
     for m in models:
         v = adapter.to_canonical(m)
         views.append(v if is_canonical(v, arch) else canonicalise(v, arch, inplace=True))
-    ends = [adapter.from_canonical(dict(v), m).to(_device(m)).eval() for v, m in zip(views, models)]
+    ends = [adapter.from_canonical(dict(v), m).to(model_device(m)).eval() for v, m in zip(views, models)]
     return adapter, views, ends
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
 
 
 class PartialInterpolation:

@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 import glmc
 import glmc.data
 from glmc.adapters import adapter_named
+from glmc.data import training_stream
 from glmc.models import build_model, save_model
 from glmc.models.evaluate import evaluate, loss_and_correct
 from glmc.provenance import provenance
@@ -112,11 +113,8 @@ def lr_factor(step: int, total: int, cfg: TrainConfig) -> float:
 
 
 def train_batches(ds, cfg: TrainConfig):
-    """An endless stream of training batches, epoch after epoch, each epoch in its own seeded order."""
-    epoch = 0
-    while True:
-        yield from ds.batches("train", cfg.batch_size, seed=cfg.seed * 1_000_003 + epoch, shuffle=True)
-        epoch += 1
+    """An endless stream of training batches, each epoch in its own seeded order (glmc.data.training_stream)."""
+    return training_stream(ds, cfg.batch_size, cfg.seed)
 
 
 def batch_samples(batch: dict) -> int:
