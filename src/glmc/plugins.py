@@ -6,8 +6,8 @@ A package extends glmc by declaring, in its own pyproject.toml, one entry point 
     my-method = "my_package.glmc_plugin:METHOD"          # a glmc.methods.Method
     [project.entry-points."glmc.families"]
     my-family = "my_package.glmc_plugin:MyAdapter"       # a glmc.adapters.base.Adapter subclass
-    [project.entry-points."glmc.tasks"]
-    my-task = "my_package.glmc_plugin:TASK"              # a glmc.tasks.Task
+    [project.entry-points."glmc.data_sources"]
+    my-corpus = "my_package.glmc_plugin:SOURCE"          # a glmc.data.sources.DataSource
 
 Each registry loads its group the first time it is read (glmc's own records first), so installing the package
 is all it takes: no edit inside glmc. The entry point's name must be the record's name; a plugin that fails to
@@ -20,7 +20,7 @@ import importlib.metadata
 
 from glmc.errors import GlmcError
 
-GROUPS = {"method": "glmc.methods", "family": "glmc.families", "task": "glmc.tasks"}
+GROUPS = {"method": "glmc.methods", "family": "glmc.families", "data_source": "glmc.data_sources"}
 
 
 class PluginError(GlmcError, RuntimeError):

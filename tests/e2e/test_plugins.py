@@ -1,7 +1,8 @@
-"""Extending glmc from another package: tests/plugins/glmc-toy-plugin (a method and a model family, each a record
-behind an entry point) is installed with pip into a temporary folder, and glmc runs with it in real processes:
-records discovered, the method through the API and the CLI, the family trained, verified, aligned and merged, and
-put through glmc's own conformance suite. A broken plugin is refused in one line naming its package."""
+"""Extending glmc from another package: tests/plugins/glmc-toy-plugin (a method, a model family and a data source,
+each a record behind an entry point) is installed with pip into a temporary folder, and glmc runs with it in real
+processes: records discovered, the method through the API and the CLI, the family trained, verified, aligned and
+merged and put through glmc's own conformance suite, models trained and evaluated on the data source. A broken
+plugin is refused in one line naming its package."""
 
 from __future__ import annotations
 
@@ -47,18 +48,21 @@ def _python(env, code: str) -> str:
 
 def test_the_records_are_discovered_after_glmcs_own(env):
     from glmc.adapters import FAMILIES
+    from glmc.data.sources import BUILTIN as BUILTIN_SOURCES
     from glmc.methods import names
 
     found = json.loads(_python(env, """
         import json
         from glmc.adapters import families
+        from glmc.data.sources import sources
         from glmc.methods import method, names
-        print(json.dumps({"methods": names(), "families": list(families()),
+        print(json.dumps({"methods": names(), "families": list(families()), "sources": list(sources()),
                           "stochastic": names(stochastic=True), "merges": names(merges=True),
                           "options": method("random-symmetry").options.__name__}))
     """))
     assert found["methods"] == [*names(), "random-symmetry"]  # glmc's own first, in their order
     assert found["families"] == [*FAMILIES, "ministral"]
+    assert found["sources"] == [*(s.kind for s in BUILTIN_SOURCES), "docstrings"]
     assert "random-symmetry" in found["stochastic"] and "random-symmetry" not in found["merges"]
     assert found["options"] == "RandomSymmetryOptions"
     help_text = _run(env, GLMC, "--help").stdout
@@ -109,6 +113,28 @@ def test_a_plugin_family_trains_verifies_aligns_and_merges(env, tmp_path):
     from transformers import AutoModelForCausalLM
 
     assert type(AutoModelForCausalLM.from_pretrained(tmp_path / "merged")).__name__ == "MinistralForCausalLM"
+
+
+def test_models_train_and_are_evaluated_on_a_plugin_data_source(env, tmp_path):
+    spec = json.loads(_python(env, """
+        import json, glmc.data
+        ds = glmc.data.load("docstrings", tokenizer="char", context=32)
+        print(json.dumps({**ds.spec, "train_tokens": ds.num_tokens("train")}))
+    """))
+    assert spec["task"] == "lm" and spec["source"] == "docstrings" and spec["train_tokens"] > 100_000
+    shape = ["--layers", 1, "--width", 32, "--heads", 2, "--context", 32, "--steps", 20, "--batch-size", 16,
+             "--eval-every", 20, "--eval-batches", 1, "--quiet"]
+    for seed in (0, 1):
+        _run(env, GLMC, "train", "gpt2", "--data", "docstrings", "--seed", seed, "--out", tmp_path / f"d{seed}", *shape)
+    record = json.loads((tmp_path / "d0" / "glmc.json").read_text())
+    assert record["data"]["source"] == "docstrings" and record["data"]["text_sha256"] == spec["text_sha256"]
+    # the data recorded beside the models is found again through the plugin
+    _run(env, GLMC, "barrier", tmp_path / "d0", tmp_path / "d1", "--points", 2, "--max-batches", 1, "--no-progress",
+         "--json", tmp_path / "b.json")
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["data"]["source"] == "docstrings" and result["results"]["none"]["n_batches"] == 1
+    r = _run({**env, "PYTHONPATH": ""}, GLMC, "barrier", tmp_path / "d0", tmp_path / "d1", check=False)
+    assert r.returncode == 1 and "unknown data source 'docstrings'" in r.stderr  # without the plugin: one line
 
 
 def test_the_plugin_family_passes_glmcs_conformance_suite(env):

@@ -86,13 +86,11 @@ def read_recipe(path) -> dict:
 
 
 def _data_from(base: Path, data: str) -> str:
-    """A table data source whose relative path is relative to the recipe's folder, like its models."""
-    from glmc.data import tables
+    """A data source whose relative path is relative to the recipe's folder, like its models (an unknown or
+    malformed source is refused here, by name)."""
+    from glmc.data.sources import absolute
 
-    kind, _, rest = data.partition(":")
-    if kind in tables.KINDS and kind != "hf" and rest and not Path(rest.split(":")[0]).expanduser().is_absolute():
-        return tables.absolute(data, base)
-    return data
+    return absolute(data, base)
 
 
 def _choice(path, key, value, choices=None) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import tables
 from .lm import LMDataset, load_lm
 from .mlm import load_mlm
+from .sources import source_of
 from .spec import parse_spec, task_of
 from .vision import ImageDataset, load_images
 
@@ -38,7 +39,7 @@ def load(spec, *, use_tokenizer=None, use_preprocessor=None, **options):
     one) decides the image size, channels and normalisation the spec does not already fix.
     """
     full = parse_spec(spec, **options)
-    if full["task"] == "cls" and use_preprocessor is not None and full["source"].split(":", 1)[0] in tables.KINDS:
+    if full["task"] == "cls" and use_preprocessor is not None and source_of(full["source"]).preprocessed:
         full = {**tables.preprocessor(use_preprocessor), **full}
     cacheable = use_tokenizer is None or isinstance(use_tokenizer, (str, Path))
     key = (json.dumps(full, sort_keys=True), str(use_tokenizer)) if cacheable else None

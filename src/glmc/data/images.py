@@ -199,20 +199,3 @@ def read_table(spec: dict) -> Raw:
     return Raw(splits, names, notes={"image_size": size, "split_rule": rule})
 
 
-def read_source(spec: dict) -> Raw:
-    kind, _, path = spec["source"].partition(":")
-    if kind in ("jsonl", "parquet", "hf-disk", "hf"):
-        return read_table(spec)
-    if kind == "mnist":
-        return read_mnist()
-    if kind == "fashion-mnist":
-        return read_fashion_mnist(path or None)
-    if kind == "digits":
-        return read_digits()
-    if kind == "cifar10":
-        return read_cifar10(path)
-    if kind == "cifar100":
-        return read_cifar100(path, spec.get("labels", "fine"))
-    if kind == "folder":
-        return read_folder(path, spec.get("image_size"))
-    raise ValueError(f"unknown image source {spec['source']!r}")

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import torch
 
-from . import tables
-from .text import read_source, sha256, split_text
+from .sources import source_of
+from .text import sha256
 from .tokenizer import build_tokenizer, encode, load_tokenizer
 
 SPLITS = ("train", "val", "test")
@@ -105,13 +105,10 @@ def read_pieces(spec: dict) -> tuple[dict, dict, str, str]:
     """(spec with its split rule, {"train", "val", "test": text}, the whole text, its sha256) of a text source:
     a table (JSON lines, Parquet, datasets) with its own splits, or a corpus split by the spec. Every task that
     reads text goes through here; a recorded text that has changed is refused."""
-    if spec["source"].split(":", 1)[0] in tables.KINDS:
-        pieces, rule = tables.text_pieces(spec["source"], spec["split"])
-        text = "".join(pieces[k] for k in SPLITS)
+    pieces, rule = source_of(spec["source"]).pieces(spec["source"], spec["split"])
+    text = "".join(pieces[k] for k in SPLITS)
+    if rule is not None:  # a source with its own splits says how it cut them
         spec = dict(spec, split_rule=rule)
-    else:
-        text = read_source(spec["source"])
-        pieces = split_text(text, spec["split"])
     digest = sha256(text)
     if spec.get("text_sha256") not in (None, digest):
         raise ValueError(f"the text of {spec['source']} has changed since this spec was recorded "

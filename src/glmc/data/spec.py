@@ -26,46 +26,27 @@ Tables (glmc/data/tables.py): "jsonl:PATH[:FIELD]", "parquet:PATH[:FIELD]", "hf-
 
 from pathlib import Path
 
-from . import tables
 from .mlm import STYLES
 from .mlm import check_kind as check_mlm_kind
+from .sources import absolute, source_of, sources
 from .text import DEFAULT_SPLIT
 from .tokenizer import check_kind
 
-# which image sources augment by default: CIFAR-style natural images do, digit-like ones do not
-AUGMENT_DEFAULT = {"cifar10": "crop-flip", "cifar100": "crop-flip"}
 AUGMENTS = ("none", "crop-flip")
 
 
 def source_kind(source: str) -> str:
-    """'shakespeare', 'python-stdlib', 'text', 'mnist', 'fashion-mnist', 'digits', 'cifar10', 'cifar100' or
-    'folder'."""
-    kind = source.split(":", 1)[0]
-    if kind in tables.KINDS:
-        tables.parse(source)  # a malformed table source is refused here, by name
-        return kind
-    if kind in ("shakespeare", "python-stdlib", "text", "mnist", "fashion-mnist", "digits", "cifar10", "cifar100",
-                "folder"):
-        if kind in ("text", "cifar10", "cifar100", "folder") and ":" not in source:
-            raise ValueError(f"data {source!r} needs a path: {kind}:PATH")
-        return kind
-    raise ValueError(f"unknown data source {source!r}; known: shakespeare, python-stdlib, text:PATH, mnist, "
-                     "fashion-mnist[:DIR], digits, cifar10:DIR, cifar100:DIR, folder:DIR, jsonl:PATH[:FIELD], "
-                     "parquet:PATH[:FIELD], hf-disk:PATH[:FIELD], hf:NAME[:CONFIG][:SPLIT] (image tables: "
-                     "…:image=COL,label=COL)")
+    """The kind of a source string (its prefix: 'shakespeare', 'text', 'cifar10', 'jsonl', …), checked against
+    the registered data sources (glmc/data/sources.py)."""
+    return source_of(source).kind
 
 
 def task_of(source: str) -> str:
-    kind = source_kind(source)
-    if kind in tables.KINDS:
-        return tables.task(source)
-    return "lm" if kind in ("shakespeare", "python-stdlib", "text") else "cls"
+    return source_of(source).task_of(source)
 
 
 def _absolute(source: str) -> str:
-    """Make the path part absolute so a spec stays valid from any working directory."""
-    if source.split(":", 1)[0] in tables.KINDS:
-        return tables.absolute(source)
+    """A `kind:PATH` string (a tokenizer's pretrained:DIR) with its path made absolute."""
     if ":" not in source:
         return source
     kind, path = source.split(":", 1)
@@ -80,7 +61,7 @@ def parse_spec(data, **options) -> dict:
     spec.update({k: v for k, v in options.items() if v is not None})
     if "source" not in spec:
         raise ValueError(f"data spec has no 'source': {spec}")
-    spec["source"] = _absolute(spec["source"])
+    spec["source"] = absolute(spec["source"])
     if spec.get("task") == "mlm":  # text read by an encoder: only an explicit spec asks for it
         return _complete_mlm(spec)
     spec["task"] = task_of(spec["source"])
@@ -126,20 +107,20 @@ def _complete_lm(spec: dict) -> dict:
 
 
 def _complete_cls(spec: dict) -> dict:
-    kind = source_kind(spec["source"])
+    record = source_of(spec["source"])
     unknown = set(spec) - {"task", "source", "augment", "labels", "image_size", "normalize", "val",
                            "n_images", "num_classes", "channels", "split_rule"}
     if unknown:
         raise ValueError(f"options {sorted(unknown)} do not apply to image data {spec['source']!r}")
-    spec.setdefault("augment", AUGMENT_DEFAULT.get(kind, "none"))
+    spec.setdefault("augment", record.augment)
     if spec["augment"] not in AUGMENTS:
         raise ValueError(f"augment must be one of {AUGMENTS}, got {spec['augment']!r}")
-    if kind == "cifar100":
+    if "labels" in record.options:
         spec.setdefault("labels", "fine")
         if spec["labels"] not in ("fine", "coarse"):
-            raise ValueError(f"cifar100 labels must be 'fine' or 'coarse', got {spec['labels']!r}")
-    elif "labels" in spec:
-        raise ValueError(f"'labels' only applies to cifar100, not {spec['source']!r}")
-    if "image_size" in spec and kind != "folder" and kind not in tables.KINDS:
-        raise ValueError(f"'image_size' only applies to folder:DIR and table data, not {spec['source']!r}")
+            raise ValueError(f"{record.kind} labels must be 'fine' or 'coarse', got {spec['labels']!r}")
+    for key in ("labels", "image_size"):
+        if key in spec and key not in record.options:
+            takes = ", ".join(r.form for r in sources().values() if key in r.options)
+            raise ValueError(f"'{key}' only applies to {takes}, not {spec['source']!r}")
     return spec

@@ -78,16 +78,6 @@ def read_text_file(path: str) -> str:
         raise ValueError(f"text data file {path} is not valid UTF-8: {e}") from None
 
 
-def read_source(source: str) -> str:
-    if source == "shakespeare":
-        return read_shakespeare()
-    if source == "python-stdlib":
-        return read_python_stdlib()
-    if source.startswith("text:"):
-        return read_text_file(source[len("text:"):])
-    raise ValueError(f"unknown text source {source!r} (expected 'shakespeare', 'python-stdlib' or 'text:PATH')")
-
-
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -13,7 +13,7 @@ Batches are ``{"pixel_values": float32 [B, C, H, W], "labels": int64 [B]}``.
 import numpy as np
 import torch
 
-from .images import read_source
+from .sources import source_of
 
 BIG_VAL = 5000
 
@@ -135,7 +135,10 @@ def channel_stats(x: np.ndarray, max_value: int) -> dict:
 
 
 def load_images(spec: dict) -> ImageDataset:
-    raw = read_source(spec)
+    record = source_of(spec["source"])
+    if record.read_images is None:
+        raise ValueError(f"data {spec['source']!r} is not an image source")
+    raw = record.read_images(spec)
     rule = spec.get("val") or default_val_rule(raw.splits)
     splits = carve_val(raw.splits, rule)
     full = dict(spec, val=rule, num_classes=len(raw.class_names), channels=int(splits["train"][0].shape[1]),

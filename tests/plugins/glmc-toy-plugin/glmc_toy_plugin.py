@@ -1,17 +1,23 @@
-"""A glmc plugin: what a third party writes to add an alignment method and a model family (no edit inside glmc).
+"""A glmc plugin: what a third party writes to add an alignment method, a model family and a data source (no edit
+inside glmc).
 
 The method, "random-symmetry", is a control: it moves B by a random element of every group its family declares,
 so B′ keeps B's function but lands somewhere arbitrary on its orbit; its barrier is what alignment must beat.
 The family is Ministral (transformers' MinistralForCausalLM): Llama's layout (read off modeling_ministral.py:
 q/k/v/o without biases, rotate_half RoPE, RMSNorm pre-norms, SwiGLU), with sliding-window attention on some
 layers, which no weight symmetry sees, so it reuses glmc's RoPE-decoder adapter with its own classes.
+The data source, "docstrings", is English prose about code: the docstrings of the standard library's modules.
 """
 
 from __future__ import annotations
 
+import ast
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
+from glmc.data.sources import DataSource
 from glmc.methods import Method
 from glmc.options import HELP, Options, option
 
@@ -51,3 +57,23 @@ class MinistralAdapter(RoPEDecoderAdapter):
     demo_shape = dict(layers=2, width=64, heads=4, kv_heads=2, mlp=172, tied=False)
     demo_label = "Ministral decoders"
     train_help = "A Ministral decoder (Llama's layout, sliding-window attention on some layers) on text."
+
+
+def read_docstrings(source: str, limit: int = 400_000) -> str:
+    """The standard library modules' docstrings, module by module in name order, up to `limit` characters."""
+    parts, total = [], 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        if doc:
+            parts.append(doc.strip() + "\n")
+            total += len(parts[-1])
+        if total >= limit:
+            break
+    return "\n".join(parts)[:limit]
+
+
+SOURCE = DataSource(kind="docstrings", form="docstrings", summary="the standard library's module docstrings",
+                    task="lm", read_text=read_docstrings)
