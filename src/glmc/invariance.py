@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from glmc.adapters import adapter_for
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
+from glmc.tasks import task as get_task
 from glmc.view.model_ops import canonical_model, logits, refuse_unsupported, transform_model, widen_model
 from glmc.view.widen import residual_embedding
 
@@ -38,10 +39,11 @@ def compare(ref_logits: torch.Tensor, model, inputs: torch.Tensor, task: str) ->
 
 
 def _loss(out: torch.Tensor, inputs: torch.Tensor, task: str) -> float:
-    if task == "lm":
+    targets = get_task(task).probe_targets
+    if targets == "next":
         next_tokens = inputs[:, 1:].reshape(-1).to(out.device)
         return float(F.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]), next_tokens))
-    if out.dim() == 3:  # one prediction per position (a masked LM): the input token itself
+    if targets == "same":  # one prediction per position (a masked LM): the input token itself
         return float(F.cross_entropy(out.reshape(-1, out.shape[-1]), inputs.reshape(-1).to(out.device)))
     targets = torch.arange(out.shape[0], device=out.device) % out.shape[-1]
     return float(F.cross_entropy(out, targets))

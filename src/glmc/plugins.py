@@ -6,6 +6,8 @@ A package extends glmc by declaring, in its own pyproject.toml, one entry point 
     my-method = "my_package.glmc_plugin:METHOD"          # a glmc.methods.Method
     [project.entry-points."glmc.families"]
     my-family = "my_package.glmc_plugin:MyAdapter"       # a glmc.adapters.base.Adapter subclass
+    [project.entry-points."glmc.tasks"]
+    my-task = "my_package.glmc_plugin:TASK"              # a glmc.tasks.Task
     [project.entry-points."glmc.data_sources"]
     my-corpus = "my_package.glmc_plugin:SOURCE"          # a glmc.data.sources.DataSource
 
@@ -20,7 +22,8 @@ import importlib.metadata
 
 from glmc.errors import GlmcError
 
-GROUPS = {"method": "glmc.methods", "family": "glmc.families", "data_source": "glmc.data_sources"}
+GROUPS = {"method": "glmc.methods", "family": "glmc.families", "data_source": "glmc.data_sources",
+          "task": "glmc.tasks"}
 
 
 class PluginError(GlmcError, RuntimeError):

@@ -1,12 +1,16 @@
 """Tasks: what a model is trained and evaluated on, declared by its adapter (Adapter.task) and by every data set
 (`.task`). A task names the batch key of the model input and of the targets, and what one prediction is;
 the loss (cross-entropy over every target that is not IGNORE_INDEX) and accuracy are the same for all of them,
-so a new task is one `register_task` call here.
+so a new task is one record: `register_task` in-process, or an entry point in the group glmc.tasks naming a Task
+from another package (glmc/plugins.py). Every check glmc makes on a model and its data reads the record's fields,
+not the task's name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from glmc import plugins
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,14 @@ class Task:
     # one target per input position: a training loss may be taken from the final hidden states through the
     # output head in one pass (glmc/models/head_loss.py)
     per_position: bool = False
+    data_label: str = "data"  # what its data is, in messages ("text", "images")
+    model_label: str = "a model"  # what a model of it is, in messages ("a language model", "a classifier")
+    reads_text: bool = False  # tokenized text: a tokenizer travels with the model and bounds its vocabulary
+    causal: bool = False  # predicts the next token: a context no longer than a model's learned positions
+    classes: bool = False  # one prediction per example over a fixed set of classes (the head's rows)
+    # what `glmc verify` compares a transformed model's loss on with random probe inputs: "next" (the next input
+    # token), "same" (the input token itself, at every position) or "class" (a class index per example)
+    probe_targets: str = "class"
 
 
 TASKS: dict[str, Task] = {}
@@ -29,27 +41,54 @@ def register_task(task: Task) -> Task:
     return task
 
 
-register_task(Task("lm", "input_ids", "targets", "tokens", "causal language modelling", per_position=True))
-register_task(Task("cls", "pixel_values", "labels", "images", "image classification"))
+register_task(Task("lm", "input_ids", "targets", "tokens", "causal language modelling", per_position=True,
+                   data_label="text", model_label="a language model", reads_text=True, causal=True,
+                   probe_targets="next"))
+register_task(Task("cls", "pixel_values", "labels", "images", "image classification", data_label="images",
+                   model_label="a classifier", classes=True))
 # masked language modelling (glmc/data/mlm.py): the targets are the original tokens at the masked positions and
 # IGNORE_INDEX elsewhere, so loss and accuracy count the masked positions only
-register_task(Task("mlm", "input_ids", "masked_targets", "tokens", "masked language modelling", per_position=True))
+register_task(Task("mlm", "input_ids", "masked_targets", "tokens", "masked language modelling", per_position=True,
+                   data_label="masked-LM text", model_label="a masked language model", reads_text=True,
+                   probe_targets="same"))
+_PLUGINS_LOADED = False
+
+
+def _check_plugin(record, ep) -> None:
+    if not isinstance(record, Task):
+        raise TypeError(f"it is a {type(record).__name__}, not a glmc.tasks.Task")
+    if record.name != ep.name:
+        raise ValueError(f"its task is named {record.name!r}: name the entry point the same")
+    if record.name in TASKS:
+        raise ValueError(f"a task named {record.name!r} is already registered")
+    register_task(record)
+
+
+def tasks() -> dict[str, Task]:
+    """Every task by name: glmc's own, then installed plugins' (entry points glmc.tasks)."""
+    global _PLUGINS_LOADED
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        plugins.load("task", check=_check_plugin)
+    return dict(TASKS)
 
 
 def task(name: str) -> Task:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
-    return TASKS[name]
+    known = tasks()
+    if name not in known:
+        raise ValueError(f"unknown task {name!r}; known: {', '.join(known)}")
+    return known[name]
 
 
 def task_of_batch(batch: dict) -> str:
     """The task whose input and target keys the batch holds, else the first whose input key it holds (for callers
     that pass no task)."""
-    for t in TASKS.values():
+    known = tasks().values()
+    for t in known:
         if t.input_key in batch and t.target_key in batch:
             return t.name
-    for t in TASKS.values():
+    for t in known:
         if t.input_key in batch:
             return t.name
-    raise ValueError(f"batch holds no task's input ({', '.join(t.input_key for t in TASKS.values())}): keys "
+    raise ValueError(f"batch holds no task's input ({', '.join(t.input_key for t in known)}): keys "
                      f"{sorted(batch)}")

@@ -18,6 +18,7 @@ from glmc.api.sources import source_of
 from glmc.data.iterable import IterableData, is_batch_source
 from glmc.errors import BadData
 from glmc.models.checkpoint import check_data_fits, check_data_task, data_options_for
+from glmc.tasks import task as task_record
 
 
 def resolve_data(data, model, required: str | None = None):
@@ -46,10 +47,10 @@ def resolve_data(data, model, required: str | None = None):
         spec_task = glmc.data.parse_spec(data)["task"]
         where = str(source) if source is not None else "the model"
         check_data_task(spec_task, data if isinstance(data, str) else str(data.get("source")), model, where)
-        use_tokenizer = (source if spec_task in ("lm", "mlm") and source is not None and _has_tokenizer(source)
-                         else None)
-        fitted = data_options_for(model, data) if spec_task == "lm" else {}
-        ds = glmc.data.load(data, use_tokenizer=use_tokenizer, use_preprocessor=source if spec_task == "cls" else None,
+        reads_text = task_record(spec_task).reads_text
+        use_tokenizer = source if reads_text and source is not None and _has_tokenizer(source) else None
+        fitted = data_options_for(model, data) if task_record(spec_task).causal else {}
+        ds = glmc.data.load(data, use_tokenizer=use_tokenizer, use_preprocessor=None if reads_text else source,
                             **fitted)
         check_data_fits(ds, model, where)
         return ds

@@ -98,7 +98,7 @@ class LazyGroup(click.Group):
                 return None
             raise
         except GlmcError as e:  # e.g. a broken plugin, met while a command builds its choices from the records
-            raise click.ClickException(one_line(e)) from e
+            raise click.ClickException(one_line(str(e))) from e
         return module.command
 
     def invoke(self, ctx):

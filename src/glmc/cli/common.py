@@ -229,6 +229,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
     """(data set, materialised batches, info for reports). Batches are built once so every λ and every method
     sees the same ones. With `model` (loaded from `model_dir`), data it cannot be evaluated on is refused."""
     import glmc.data
+    from glmc.tasks import task as task_record
 
     if model is not None and isinstance(data, str):  # a text source for a model that reads text its own way
         from glmc.adapters import adapter_for
@@ -249,8 +250,9 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
             from glmc.models.checkpoint import data_options_for
 
             source = data if isinstance(data, str) else data.get("source", "")
-            text = glmc.data.task_of(source) == "lm"  # a text source, read with the model's own tokenizer
-            causal = text and (isinstance(data, str) or data.get("task", "lm") == "lm")
+            text = task_record(glmc.data.task_of(source)).reads_text  # read with the model's own tokenizer
+            spec_task = data.get("task") if isinstance(data, dict) and "task" in data else glmc.data.task_of(source)
+            causal = task_record(str(spec_task)).causal
             fitted = data_options_for(model, data) if model is not None and causal else {}
             ds = glmc.data.load(data, use_tokenizer=tokenizer or (model_dir if text else None),
                                 use_preprocessor=None if text else model_dir, **fitted)
@@ -260,7 +262,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
         from glmc.models.checkpoint import check_data_fits
 
         check_data_fits(ds, model, model_dir)
-    if max_tokens is not None and ds.task == "lm":
+    if max_tokens is not None and task_record(ds.task).reads_text:
         per_batch = batch_size * ds.spec["context"]
         max_batches = min(max_batches or math.inf, max(1, math.ceil(max_tokens / per_batch)))
     batches = list(ds.batches(split, batch_size, max_batches=max_batches, shuffle=False))

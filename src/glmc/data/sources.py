@@ -49,7 +49,7 @@ class DataSource:
     read_pieces: Callable | None = None
     read_images: Callable | None = None
     check: Callable[[str], object] | None = None
-    absolute: Callable[[str], str] | None = None
+    absolute: Callable[..., str] | None = None
     augment: str = "none"
     options: tuple[str, ...] = ()
     preprocessed: bool = False

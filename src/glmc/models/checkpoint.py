@@ -30,6 +30,7 @@ from glmc.adapters.files import pickled_headers, renamed, weight_files
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
 from glmc.memory import FilePages, register_weight_files, trim
 from glmc.models import load_model
+from glmc.tasks import task as get_task
 
 RECORD = "glmc.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -216,13 +217,14 @@ def check_data_fits(ds, model, path) -> None:
     task, sizes = adapter.arch(model).task, _fixed_sizes(adapter, model)
     source = ds.spec.get("source", "?")
     check_data_task(ds.task, source, model, path)
-    if task in ("lm", "mlm") and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
+    record = get_task(task)
+    if record.reads_text and "embed" in sizes and ds.vocab_size > sizes["embed"][0]:
         raise IncompatibleModels(f"the tokenizer of {source!r} has {ds.vocab_size} tokens but {path} has a vocabulary "
                                  f"of {sizes['embed'][0]}: use the model's own tokenizer (--tokenizer {path})")
-    if task == "lm" and "pos_embed" in sizes and ds.spec.get("context", 0) > sizes["pos_embed"][0]:
+    if record.causal and "pos_embed" in sizes and ds.spec.get("context", 0) > sizes["pos_embed"][0]:
         raise IncompatibleModels(f"the data's context is {ds.spec['context']} tokens but {path} has "
                                  f"{sizes['pos_embed'][0]} positions: give a spec with a shorter context")
-    if task == "cls" and "head.w" in sizes and ds.num_classes != sizes["head.w"][0]:
+    if record.classes and "head.w" in sizes and ds.num_classes != sizes["head.w"][0]:
         raise IncompatibleModels(f"{source!r} has {ds.num_classes} classes but {path} outputs "
                                  f"{sizes['head.w'][0]}: give the data it was trained on (--data)")
 
@@ -234,7 +236,7 @@ def data_options_for(model, data) -> dict:
         return {}
     positions = _fixed_sizes(adapter_for(model), model).get("pos_embed")
     adapter = adapter_for(model)
-    if adapter.arch(model).task != "lm" or positions is None or positions[0] >= 128:
+    if not get_task(adapter.arch(model).task).causal or positions is None or positions[0] >= 128:
         return {}
     return {"context": int(positions[0])}
 
@@ -244,8 +246,7 @@ def check_data_task(data_task: str, source: str, model, path) -> None:
     adapter = adapter_for(model)
     task = adapter.arch(model).task
     if data_task != task:
-        kinds = {"lm": "text (a language model)", "mlm": "masked-LM text (a masked language model)",
-                 "cls": "images (a classifier)"}
-        raise IncompatibleModels(f"{path} is a {adapter.family} model for {kinds.get(task, task)}, but the data "
-                                 f"{source!r} is {kinds.get(data_task, data_task).split(' (')[0]}: "
+        model_task, given = get_task(task), get_task(data_task)
+        raise IncompatibleModels(f"{path} is a {adapter.family} model for {model_task.data_label} "
+                                 f"({model_task.model_label}), but the data {source!r} is {given.data_label}: "
                                  "give matching --data")

@@ -22,6 +22,7 @@ from pathlib import Path
 from glmc.adapters import adapter_for
 from glmc.adapters.files import BIN_SINGLE, SAFE_SINGLE, weight_files
 from glmc.errors import IncompatibleModels
+from glmc.tasks import task
 
 # canonical roles whose leading sizes do not depend on the width -> the reason code a difference gives
 FIXED_ROLES = {"embed": "vocabulary", "pos_embed": "positions", "patch.w": "patch", "cls": "patch",
@@ -113,7 +114,7 @@ def incompatibility(models, paths) -> tuple[str, str] | None:
     for f, p in zip(fixed[1:], paths[1:]):
         for role in sorted(set(fixed[0]) | set(f)):
             if fixed[0].get(role) != f.get(role):
-                code = FIXED_ROLES.get(role) or ("vocabulary" if arches[0].task == "lm" else "classes")
+                code = FIXED_ROLES.get(role) or ("vocabulary" if task(arches[0].task).reads_text else "classes")
                 what = {"vocabulary": "vocabulary size", "positions": "positions (context length or number of "
                         "patches)", "patch": "patch size × channels", "classes": "output size (classes)"}[code]
                 return code, (f"models differ in {what} ({pa}: {_size(fixed[0].get(role))}, {p}: "

@@ -258,10 +258,9 @@ def record_for(family: str, shape: dict, ds, parts: dict, wall: float, device="c
               "provenance": provenance(options=parts["training"], data={"spec": ds.spec}, device=device,
                                        seeds=[parts["training"].get("seed")])}
     record["timing"]["wall_seconds"] = round(wall, 2)
-    if ds.task == "mlm":
+    if task(ds.task).reads_text:
         record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
-    if ds.task == "lm":
-        record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
+    if task(ds.task).causal:  # next-token prediction: the unigram loss a model must beat
         record["baseline"] = {"unigram_test_loss": ds.unigram_entropy("test"),
                               "note": "cross-entropy of the test split under the training split's unigram "
                                       "distribution (add-one smoothed), nats/token"}
@@ -314,7 +313,7 @@ def _saver(family, shape, ds, cfg: TrainConfig, out):
     def save(model, step: int) -> None:
         record = {"glmc_version": glmc.__version__, "kind": "training-checkpoint", "family": family, "model": shape,
                   "data": ds.spec, "training": dict(asdict(cfg), step=step)}
-        if ds.task == "lm":
+        if task(ds.task).reads_text:
             record["tokenizer"] = {"kind": ds.spec["tokenizer"], "vocab_size": ds.vocab_size}
         save_model(model, _staging(out) / f"step{step}", record=record, tokenizer=getattr(ds, "tokenizer", None),
                    overwrite=True)
