@@ -119,38 +119,13 @@ BUILTIN = (
            preset={"permutations_only": True}, data="required", stochastic=True, trains=True),
 )
 
-_REGISTRY: dict[str, Method] = {}
-_LOADED = False
-
-
-def register_method(record: Method) -> Method:
-    """Add a method (glmc's own, or one a test or notebook defines); its name must be new."""
-    if not isinstance(record, Method):
-        raise TypeError(f"register_method takes a glmc.methods.Method, not {type(record).__name__}")
-    if record.name in _REGISTRY:
-        raise ValueError(f"a method named {record.name!r} is already registered")
-    _REGISTRY[record.name] = record
-    return record
+REGISTRY = plugins.Registry("method", Method, "name", BUILTIN)
+register_method = REGISTRY.register
 
 
 def methods() -> dict[str, Method]:
     """Every registered method by name: glmc's own, then installed plugins' (entry points glmc.methods)."""
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        for record in BUILTIN:
-            if record.name not in _REGISTRY:
-                register_method(record)
-        plugins.load("method", check=_check_plugin)
-    return dict(_REGISTRY)
-
-
-def _check_plugin(record, ep) -> None:
-    if not isinstance(record, Method):
-        raise TypeError(f"it is a {type(record).__name__}, not a glmc.methods.Method")
-    if record.name != ep.name:
-        raise ValueError(f"its record is named {record.name!r}: name the entry point the same")
-    register_method(record)
+    return REGISTRY.all()
 
 
 def method(name: str) -> Method:

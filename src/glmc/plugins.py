@@ -55,6 +55,46 @@ def load(kind: str, check=None) -> list:
     return out
 
 
+class Registry:
+    """The records of one extension point by key: glmc's own (`builtin`, registered first) and installed plugins'
+    (loaded the first time the registry is read). `key`: the record attribute naming it (its entry point's name)."""
+
+    def __init__(self, kind: str, record_type: type, key: str, builtin=()):
+        self.kind, self.record_type, self.key, self.builtin = kind, record_type, key, tuple(builtin)
+        self._records: dict = {}
+        self._loaded = False
+
+    def _label(self) -> str:
+        return f"{self.record_type.__module__}.{self.record_type.__name__}"
+
+    def register(self, record):
+        """Add a record (glmc's own, or one a test or notebook defines); its key must be new."""
+        if not isinstance(record, self.record_type):
+            raise TypeError(f"a glmc {self.kind} is a {self._label()}, not a {type(record).__name__}")
+        name = getattr(record, self.key)
+        if name in self._records:
+            raise ValueError(f"a {self.kind} named {name!r} is already registered")
+        self._records[name] = record
+        return record
+
+    def all(self) -> dict:
+        """Every record by key: glmc's own, then installed plugins'."""
+        if not self._loaded:
+            self._loaded = True
+            for record in self.builtin:
+                if getattr(record, self.key) not in self._records:
+                    self.register(record)
+            load(self.kind, check=self._check_plugin)
+        return dict(self._records)
+
+    def _check_plugin(self, record, ep) -> None:
+        if not isinstance(record, self.record_type):
+            raise TypeError(f"it is a {type(record).__name__}, not a {self._label()}")
+        if getattr(record, self.key) != ep.name:
+            raise ValueError(f"its record is named {getattr(record, self.key)!r}: name the entry point the same")
+        self.register(record)
+
+
 def _package(ep) -> str:
     dist = getattr(ep, "dist", None)
     return f"{dist.name} {dist.version}" if dist is not None else "unknown"

@@ -33,44 +33,23 @@ class Task:
     probe_targets: str = "class"
 
 
-TASKS: dict[str, Task] = {}
-
-
-def register_task(task: Task) -> Task:
-    TASKS[task.name] = task
-    return task
-
-
-register_task(Task("lm", "input_ids", "targets", "tokens", "causal language modelling", per_position=True,
-                   data_label="text", model_label="a language model", reads_text=True, causal=True,
-                   probe_targets="next"))
-register_task(Task("cls", "pixel_values", "labels", "images", "image classification", data_label="images",
-                   model_label="a classifier", classes=True))
-# masked language modelling (glmc/data/mlm.py): the targets are the original tokens at the masked positions and
-# IGNORE_INDEX elsewhere, so loss and accuracy count the masked positions only
-register_task(Task("mlm", "input_ids", "masked_targets", "tokens", "masked language modelling", per_position=True,
-                   data_label="masked-LM text", model_label="a masked language model", reads_text=True,
-                   probe_targets="same"))
-_PLUGINS_LOADED = False
-
-
-def _check_plugin(record, ep) -> None:
-    if not isinstance(record, Task):
-        raise TypeError(f"it is a {type(record).__name__}, not a glmc.tasks.Task")
-    if record.name != ep.name:
-        raise ValueError(f"its task is named {record.name!r}: name the entry point the same")
-    if record.name in TASKS:
-        raise ValueError(f"a task named {record.name!r} is already registered")
-    register_task(record)
+BUILTIN = (
+    Task("lm", "input_ids", "targets", "tokens", "causal language modelling", per_position=True, data_label="text",
+         model_label="a language model", reads_text=True, causal=True, probe_targets="next"),
+    Task("cls", "pixel_values", "labels", "images", "image classification", data_label="images",
+         model_label="a classifier", classes=True),
+    # masked language modelling (glmc/data/mlm.py): the targets are the original tokens at the masked positions
+    # and IGNORE_INDEX elsewhere, so loss and accuracy count the masked positions only
+    Task("mlm", "input_ids", "masked_targets", "tokens", "masked language modelling", per_position=True,
+         data_label="masked-LM text", model_label="a masked language model", reads_text=True, probe_targets="same"),
+)
+REGISTRY = plugins.Registry("task", Task, "name", BUILTIN)
+register_task = REGISTRY.register
 
 
 def tasks() -> dict[str, Task]:
     """Every task by name: glmc's own, then installed plugins' (entry points glmc.tasks)."""
-    global _PLUGINS_LOADED
-    if not _PLUGINS_LOADED:
-        _PLUGINS_LOADED = True
-        plugins.load("task", check=_check_plugin)
-    return dict(TASKS)
+    return REGISTRY.all()
 
 
 def task(name: str) -> Task:

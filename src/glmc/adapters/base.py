@@ -32,10 +32,12 @@ from glmc.symmetry.declarations import check_block, residual_bound, residual_nor
 from glmc.symmetry.spec import transformer_groups
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Arch:
-    family: str  # "gpt2" | "hf-vit" | "timm-vit"
-    task: str  # "lm" | "cls"
+    """What the symmetry machinery knows of one model, by keyword (Arch(family=..., task=..., n_layer=..., ...))."""
+
+    family: str  # the adapter's family name
+    task: str  # a glmc.tasks name: "lm", "cls", "mlm"
     n_layer: int
     d_model: int
     n_head: int

@@ -42,12 +42,12 @@ import torch
 from glmc.adapters.base import Adapter, Arch, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
-    assign_state,
     block_hooks,
     check_heads,
     hf_config,
     hf_expected_weights,
     load_pretrained,
+    rebuild,
     save_pretrained,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Entry, Layout, NameMap, layer_norm
@@ -215,8 +215,9 @@ class BertAdapter(Adapter):
         relu = c.hidden_act == "relu"
         why = ("the LayerNorms sit on the residual stream (post-LN) with their gains, so the stream cannot be embedded "
                "into a wider one by an orthogonal map; not supported")
-        return Arch(self.family, "mlm", c.num_hidden_layers, c.hidden_size, c.num_attention_heads, d_head,
-                    c.intermediate_size, c.hidden_act, c.layer_norm_eps, unsupported={"rectangular": why},
+        return Arch(family=self.family, task="mlm", n_layer=c.num_hidden_layers, d_model=c.hidden_size,
+                    n_head=c.num_attention_heads, d_head=d_head, d_mlp=c.intermediate_size,
+                    activation=c.hidden_act, ln_eps=c.layer_norm_eps, unsupported={"rectangular": why},
                     norms=dict(NORMS),
                     groups=encoder_groups(c.hidden_size, c.num_attention_heads, d_head, c.intermediate_size, relu,
                                           self.is_tied(model), self.has_pooler(model)))
@@ -268,17 +269,9 @@ class BertAdapter(Adapter):
         if ln_eps is not None:
             config.layer_norm_eps = ln_eps
         same = torch.equal(view["embed"], view["mlm_head.w"]) and torch.equal(view["mlm_head.b"], view["mlm_head.b0"])
-        config.tie_word_embeddings = same and (self.is_tied(model) if tie is None else tie)
-        tied = config.tie_word_embeddings
-        with torch.device("meta"):
-            new = type(model)(config)
-        layout = self.layout(model)
-        decoder = layout.fields["decoder"] + ".decoder."
-        assign_state(new, self.native_state(view, model, consume), view, model, type(model).__name__,
-                     may_miss={decoder + "weight", decoder + "bias"} if tied else ())
-        if tied:
-            new.tie_weights()
-        return new.eval()
+        decoder = self.layout(model).fields["decoder"] + ".decoder."  # `same` first: native_state may consume the view
+        return rebuild(model, config, self.native_state(view, model, consume), view, type(model).__name__,
+                       same=same, was_tied=self.is_tied(model), tie=tie, head=(decoder + "weight", decoder + "bias"))
 
     def untie(self, model):
         return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model

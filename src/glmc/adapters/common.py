@@ -251,6 +251,21 @@ class TokenLM:
         return next((name for name, module in model.named_modules() if module is head), None)
 
 
+def rebuild(model, config, state: dict, view: dict, name: str, *, same: bool, was_tied: bool, tie, head: tuple,
+            cls=None):
+    """A native model of `config` (class `cls`, default `model`'s) holding `state`: its head tied to the embedding
+    when the view allows it (`same`: the two are equal) and the model was tied (`was_tied`), unless `tie` says
+    otherwise (False: untie; True: tie where allowed). `head`: the head's parameter names a tied model lacks."""
+    config.tie_word_embeddings = same and (was_tied if tie is None else bool(tie))
+    tied = config.tie_word_embeddings
+    with torch.device("meta"):
+        new = (cls or type(model))(config)
+    assign_state(new, state, view, model, name, may_miss=set(head) if tied else ())
+    if tied:
+        new.tie_weights()
+    return new.eval()
+
+
 def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):
     """Fill `new`, a model built on the meta device, with the native `state` by assignment: each tensor becomes
     the parameter itself, so a rebuild holds the weights once rather than twice (to_empty + load_state_dict

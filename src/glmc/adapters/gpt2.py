@@ -17,12 +17,12 @@ from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, Unsupport
 from glmc.adapters.common import (
     ELEMENTWISE,
     TokenLM,
-    assign_state,
     block_hooks,
     check_heads,
     hf_config,
     hf_expected_weights,
     load_pretrained,
+    rebuild,
     token_probe,
 )
 from glmc.adapters.namemap import HEAD_ROWS, QKV_BIAS, QKV_COLUMNS, TRANSPOSE, Entry, Layout, NameMap, layer_norm
@@ -108,9 +108,10 @@ class GPT2Adapter(TokenLM, Adapter):
 
     def arch(self, model) -> Arch:
         c = model.config
-        return Arch("gpt2", "lm", c.n_layer, c.n_embd, c.n_head, c.n_embd // c.n_head,
-                    c.n_inner or 4 * c.n_embd, "relu" if c.activation_function == "relu" else c.activation_function,
-                    c.layer_norm_epsilon, weight_matching=PAPER_WEIGHT_MATCHING)
+        return Arch(family="gpt2", task="lm", n_layer=c.n_layer, d_model=c.n_embd, n_head=c.n_head,
+                    d_head=c.n_embd // c.n_head, d_mlp=c.n_inner or 4 * c.n_embd,
+                    activation="relu" if c.activation_function == "relu" else c.activation_function,
+                    ln_eps=c.layer_norm_epsilon, weight_matching=PAPER_WEIGHT_MATCHING)
 
     def layout(self, model) -> Layout:
         return Layout(model.config.n_layer, dims={"n_head": model.config.n_head})
@@ -157,14 +158,7 @@ class GPT2Adapter(TokenLM, Adapter):
             raise UnsupportedModel(f"GPT-2 needs n_head·d_head = n_embd, got {h}·{dh} != {d}")
         if ln_eps is not None:
             config.layer_norm_epsilon = ln_eps
-        # keep the head tied when the model was tied and the view still allows it, unless told otherwise
-        tied = bool(getattr(config, "tie_word_embeddings", True)) and torch.equal(view["embed"], view["head.w"])
-        tied = tied if tie is None else (tie and torch.equal(view["embed"], view["head.w"]))
-        config.tie_word_embeddings = tied
-        sd = self.native_state(view, model, consume)
-        with torch.device("meta"):
-            new = GPT2LMHeadModel(config)
-        assign_state(new, sd, view, model, "GPT-2", may_miss={"lm_head.weight"} if tied else ())
-        if tied:
-            new.tie_weights()
-        return new.eval()
+        same = torch.equal(view["embed"], view["head.w"])  # before native_state, which may consume the view
+        return rebuild(model, config, self.native_state(view, model, consume), view, "GPT-2", same=same,
+                       was_tied=bool(getattr(config, "tie_word_embeddings", True)), tie=tie,
+                       head=("lm_head.weight",), cls=GPT2LMHeadModel)

@@ -125,8 +125,9 @@ class HFViTAdapter(ViTTraining, Adapter):
 
     def arch(self, model) -> Arch:
         c = model.config
-        return Arch("hf-vit", "cls", c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
-                    c.hidden_size // c.num_attention_heads, c.intermediate_size, c.hidden_act, c.layer_norm_eps)
+        return Arch(family="hf-vit", task="cls", n_layer=c.num_hidden_layers, d_model=c.hidden_size,
+                    n_head=c.num_attention_heads, d_head=c.hidden_size // c.num_attention_heads,
+                    d_mlp=c.intermediate_size, activation=c.hidden_act, ln_eps=c.layer_norm_eps)
 
     def layout(self, model) -> Layout:
         c = model.config

@@ -21,11 +21,11 @@ from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, Unsupport
 from glmc.adapters.common import (
     ELEMENTWISE,
     RotaryLM,
-    assign_state,
     block_hooks,
     hf_config,
     hf_expected_weights,
     load_pretrained,
+    rebuild,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Converter, Entry, Layout, NameMap
 from glmc.symmetry.spec import GroupSpec
@@ -158,8 +158,9 @@ class LlamaAdapter(RotaryLM, Adapter):
         c = model.config
         d_head, n_kv = self._d_head(model), c.num_key_value_heads
         act = "gated-" + c.hidden_act  # never "relu": gated units do not split (Arch.relu)
-        return Arch("llama", "lm", c.num_hidden_layers, c.hidden_size, c.num_attention_heads, d_head,
-                    c.intermediate_size, act, c.rms_norm_eps, norm="rmsnorm",
+        return Arch(family="llama", task="lm", n_layer=c.num_hidden_layers, d_model=c.hidden_size,
+                    n_head=c.num_attention_heads, d_head=d_head, d_mlp=c.intermediate_size, activation=act,
+                    ln_eps=c.rms_norm_eps, norm="rmsnorm",
                     unsupported={"rectangular-heads": "RoPE's frequencies depend on the head size, and padded "
                                                       "heads would need padded key/value groups"},
                     groups=llama_groups(c.hidden_size, c.num_attention_heads, n_kv, d_head, c.intermediate_size))
@@ -202,14 +203,6 @@ class LlamaAdapter(RotaryLM, Adapter):
         config.intermediate_size = view["blocks.0.mlp.in.w"].shape[0]
         if ln_eps is not None:
             config.rms_norm_eps = ln_eps
-        # keep the head tied when the model was tied and the view still allows it, unless told otherwise
-        same = torch.equal(view["embed"], view["head.w"])
-        config.tie_word_embeddings = same and (self.is_tied(model) if tie is None else tie)
-        tied = config.tie_word_embeddings
-        with torch.device("meta"):
-            new = type(model)(config)
-        assign_state(new, self.native_state(view, model, consume), view, model, type(model).__name__,
-                     may_miss={"lm_head.weight"} if tied else ())
-        if tied:
-            new.tie_weights()
-        return new.eval()
+        same = torch.equal(view["embed"], view["head.w"])  # before native_state, which may consume the view
+        return rebuild(model, config, self.native_state(view, model, consume), view, type(model).__name__, same=same,
+                       was_tied=self.is_tied(model), tie=tie, head=("lm_head.weight",))

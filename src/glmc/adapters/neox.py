@@ -27,12 +27,12 @@ from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, Unsupport
 from glmc.adapters.common import (
     ELEMENTWISE,
     RotaryLM,
-    assign_state,
     block_hooks,
     check_heads,
     hf_config,
     hf_expected_weights,
     load_pretrained,
+    rebuild,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, TRANSPOSE, Converter, Entry, Layout, NameMap, layer_norm
 from glmc.symmetry.spec import GroupSpec, transformer_groups
@@ -139,8 +139,9 @@ class NeoXAdapter(RotaryLM, Adapter):
         c = model.config
         d_head = c.hidden_size // c.num_attention_heads
         relu = c.hidden_act == "relu"
-        return Arch("neox", "lm", c.num_hidden_layers, c.hidden_size, c.num_attention_heads, d_head,
-                    c.intermediate_size, "relu" if relu else c.hidden_act, c.layer_norm_eps,
+        return Arch(family="neox", task="lm", n_layer=c.num_hidden_layers, d_model=c.hidden_size,
+                    n_head=c.num_attention_heads, d_head=d_head, d_mlp=c.intermediate_size,
+                    activation="relu" if relu else c.hidden_act, ln_eps=c.layer_norm_eps,
                     block="parallel" if c.use_parallel_residual else "sequential",
                     unsupported={"rectangular-head-size": "RoPE's frequencies depend on the head size (more heads "
                                                           "of the same size are exact)"},
@@ -180,14 +181,6 @@ class NeoXAdapter(RotaryLM, Adapter):
         config.intermediate_size = view["blocks.0.mlp.in.w"].shape[0]
         if ln_eps is not None:
             config.layer_norm_eps = ln_eps
-        # keep the head tied when the model was tied and the view still allows it, unless told otherwise
-        same = torch.equal(view["embed"], view["head.w"])
-        config.tie_word_embeddings = same and (self.is_tied(model) if tie is None else tie)
-        tied = config.tie_word_embeddings
-        with torch.device("meta"):
-            new = type(model)(config)
-        assign_state(new, self.native_state(view, model, consume), view, model, CLASS,
-                     may_miss={"lm_head.weight"} if tied else ())
-        if tied:
-            new.tie_weights()
-        return new.eval()
+        same = torch.equal(view["embed"], view["head.w"])  # before native_state, which may consume the view
+        return rebuild(model, config, self.native_state(view, model, consume), view, CLASS, same=same,
+                       was_tied=self.is_tied(model), tie=tie, head=("lm_head.weight",))

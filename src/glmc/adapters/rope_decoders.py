@@ -80,8 +80,9 @@ class RoPEDecoderAdapter(LlamaAdapter):
 
     def arch(self, model) -> Arch:
         c = model.config
-        return Arch(self.family, "lm", c.num_hidden_layers, c.hidden_size, c.num_attention_heads, self._d_head(model),
-                    c.intermediate_size, "gated-" + c.hidden_act, self.ln_eps(model), norm=self.norm(model),
+        return Arch(family=self.family, task="lm", n_layer=c.num_hidden_layers, d_model=c.hidden_size,
+                    n_head=c.num_attention_heads, d_head=self._d_head(model), d_mlp=c.intermediate_size,
+                    activation="gated-" + c.hidden_act, ln_eps=self.ln_eps(model), norm=self.norm(model),
                     norms=self.norms(model), unsupported=self.unsupported(model), groups=self.groups(model))
 
     def build(self, vocab_size, context, layers, width, heads, mlp, kv_heads=None, tied=False, activation=None,

@@ -190,9 +190,10 @@ class TimmViTAdapter(ViTTraining, Adapter):
     def arch(self, model) -> Arch:
         b = model.blocks[0]
         qk_norm = not isinstance(b.attn.q_norm, nn.Identity)
-        return Arch("timm-vit", "cls", len(model.blocks), model.embed_dim, b.attn.num_heads, b.attn.head_dim,
-                    b.mlp.fc1.out_features, activation_name(b.mlp.act), b.norm1.eps,
-                    dict(QK_NORM_UNSUPPORTED) if qk_norm else {})
+        return Arch(family="timm-vit", task="cls", n_layer=len(model.blocks), d_model=model.embed_dim,
+                    n_head=b.attn.num_heads, d_head=b.attn.head_dim, d_mlp=b.mlp.fc1.out_features,
+                    activation=activation_name(b.mlp.act), ln_eps=b.norm1.eps,
+                    unsupported=dict(QK_NORM_UNSUPPORTED) if qk_norm else {})
 
     def layout(self, model) -> Layout:
         conv = model.patch_embed.proj

@@ -123,38 +123,13 @@ BUILTIN = (
     _table("hf-disk", "hf-disk:PATH[:FIELD]"),
     _table("hf", "hf:NAME[:CONFIG][:SPLIT]"),
 )
-_REGISTRY: dict[str, DataSource] = {}
-_LOADED = False
-
-
-def register_source(record: DataSource) -> DataSource:
-    """Add a data source (glmc's own, or one a test or notebook defines); its kind must be new."""
-    if not isinstance(record, DataSource):
-        raise TypeError(f"register_source takes a glmc.data.sources.DataSource, not {type(record).__name__}")
-    if record.kind in _REGISTRY:
-        raise ValueError(f"a data source of kind {record.kind!r} is already registered")
-    _REGISTRY[record.kind] = record
-    return record
+REGISTRY = plugins.Registry("data_source", DataSource, "kind", BUILTIN)
+register_source = REGISTRY.register
 
 
 def sources() -> dict[str, DataSource]:
     """Every data source by kind: glmc's own, then installed plugins' (entry points glmc.data_sources)."""
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        for record in BUILTIN:
-            if record.kind not in _REGISTRY:
-                register_source(record)
-        plugins.load("data_source", check=_check_plugin)
-    return dict(_REGISTRY)
-
-
-def _check_plugin(record, ep) -> None:
-    if not isinstance(record, DataSource):
-        raise TypeError(f"it is a {type(record).__name__}, not a glmc.data.sources.DataSource")
-    if record.kind != ep.name:
-        raise ValueError(f"its kind is {record.kind!r}: name the entry point the same")
-    register_source(record)
+    return REGISTRY.all()
 
 
 def source_of(source: str) -> DataSource:
