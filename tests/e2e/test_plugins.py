@@ -86,6 +86,17 @@ def test_a_plugin_method_runs_through_the_api_and_the_cli(env, gpt2_pair, tmp_pa
     assert report["method"] == "random-symmetry" and report["seed"] == 3
     assert report["max_dlogits_b"] <= 1e-4 and report["moved"] > 1e-2  # B really moved, its function kept
     assert {"residual", "heads", "mlp"} <= set(report["groups"])
+    refused = _python(env, """
+        import glmc, transformers
+        def gpt2(width):
+            cfg = transformers.GPT2Config(vocab_size=30, n_positions=16, n_embd=width, n_layer=1, n_head=2)
+            return transformers.GPT2LMHeadModel(cfg).eval()
+        try:
+            glmc.align(gpt2(32), gpt2(16), method="random-symmetry")
+        except glmc.errors.IncompatibleModels as e:
+            print(e)
+    """)
+    assert "method 'random-symmetry' aligns models of one width only" in refused  # by name, not a crash
     _run(env, GLMC, "align", a, b, "--method", "random-symmetry", "--seed", 5, "--out", tmp_path / "al")
     written = json.loads((tmp_path / "al" / "align.json").read_text())
     assert written["method"] == "random-symmetry" and written["seed"] == 5 and written["max_dlogits_b"] <= 1e-4

@@ -77,6 +77,11 @@ def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
 def _align_widths(model_a, model_b, method, **options) -> Alignment:
     """Different widths: embed the narrower model exactly into the wider architecture (glmc/view/widen.py), then
     align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
+    func = method_record(method).function()
+    if func is not None and "fill" not in _accepted(func):  # e.g. a plugin's method written for one width
+        raise IncompatibleModels(f"the models differ in width ({model_shape(model_a)} vs {model_shape(model_b)}) and "
+                                 f"method {method!r} aligns models of one width only (its align function takes no "
+                                 "'fill'); use weight, activation or learned matching")
     (la, da, ha, dha, na), (lb, db, hb, dhb, nb) = model_shape(model_a), model_shape(model_b)
     if la != lb:
         raise IncompatibleModels(f"models differ in depth ({la} vs {lb} layers); glmc aligns widths, not depths")
