@@ -112,3 +112,9 @@ def test_the_docs_methods_table_is_generated_from_the_records():
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == list(methods())
     assert "<!-- methods -->" in (SRC.parents[1] / "docs" / "reference" / "options.md").read_text()
+
+
+def test_the_readme_lists_the_methods_in_record_order():
+    readme = (SRC.parents[1] / "README.md").read_text()
+    table = readme[readme.index("| method | what it does |"):].split("\n\n")[0]
+    assert [row.split("`")[1] for row in table.splitlines()[2:]] == list(methods())
