@@ -157,7 +157,7 @@ def test_the_preset_clips_and_none_turns_it_off():
     from glmc.adapters import adapter_named
 
     adapter = adapter_named("olmo")
-    p = dict(adapter.presets["cpu"], data="shakespeare")
+    p = dict(adapter.training.presets["cpu"], data="shakespeare")
     assert p["clip_qkv"] == 8.0
     for given, want in (("none", None), ("2.5", 2.5)):
         q = dict(p, clip_qkv=given)

@@ -132,7 +132,7 @@ def test_narrow_to_wide_where_exact(family, tmp_path):
 
 # a demo trains its own two models at the family's demo shape (a minute or two each on 2 cores), so the suite runs
 # one decoder's and one encoder's; GLMC_EVERY_DEMO=1 runs every family's that declares one
-DEMOS = [f for f in FAMILIES if adapter_named(f).demo_shape and (os.environ.get("GLMC_EVERY_DEMO") or
+DEMOS = [f for f in FAMILIES if adapter_named(f).training.demo_shape and (os.environ.get("GLMC_EVERY_DEMO") or
                                                                    f in ("neox", "bert"))]
 
 

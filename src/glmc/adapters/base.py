@@ -119,6 +119,36 @@ LM_OPTIONS = (TrainOption("tokenizer", "text", "char, gpt2 or bpe:N [preset: cha
               TrainOption("context", "count", "Context length in tokens."))
 
 
+def _char_shakespeare(context: int) -> dict:
+    return {"source": "shakespeare", "tokenizer": "char", "context": context}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    """What `glmc train` and `glmc demo` need of a family, declared apart from the symmetry machinery (an adapter
+    holds one as `training`; a subclass changes a few fields with `replace(Parent.training, ...)`).
+
+    command: `glmc train <command>` (glmc/cli/train.py makes one sub-command per name; default: the family);
+        adapters sharing a command are told apart by `--family <variant>` (the first one is the default).
+    help: the sub-command's help. data: (default --data, its help). options: flags beyond the shared ones.
+    presets: preset -> build() options and TrainConfig fields (--preset). model_options: the build() keywords a
+        user chooses (data_shape() gives the rest).
+    demo_shape, demo_label: `glmc demo --family <family>`'s build() options of the two models it trains and what
+        to call them (empty: no demo); demo_data(context): the data spec it trains on.
+    """
+
+    command: str = ""
+    variant: str | None = None
+    help: str = ""
+    data: tuple[str, str] = LM_TEXT
+    options: tuple[TrainOption, ...] = ()
+    presets: dict = field(default_factory=dict)
+    model_options: tuple[str, ...] = ()
+    demo_shape: dict = field(default_factory=dict)
+    demo_label: str = ""
+    demo_data: object = _char_shakespeare
+
+
 class Adapter:
     """Everything glmc knows about one model family: the canonical view and back (through one declarative
     name map, `names`), building, loading and saving, the forward call on a glmc.data batch, probe inputs,
@@ -136,24 +166,10 @@ class Adapter:
     dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
     config_file: str = "config.json"  # the file that says a directory holds a model of this family
     config_format: str = "Hugging Face"  # whose format that file is, for error messages
-    presets: dict[str, dict] = {}  # preset -> model options and TrainConfig fields (glmc train --preset)
-    model_options: tuple[str, ...] = ()  # build() keywords a user chooses; data_shape() gives the rest
-    # `glmc train <train_command>` (glmc/cli/train.py generates one sub-command per name from the registry);
-    # adapters that share a command are told apart by `--family <train_variant>` (the first one is the default)
-    train_command: str = ""  # default: the family name
-    train_variant: str | None = None
-    train_help: str = ""  # the sub-command's help
-    train_data: tuple[str, str] = LM_TEXT  # (default --data, its help)
-    train_options: tuple[TrainOption, ...] = ()  # options beyond the shared ones (glmc/cli/train.py)
-    # `glmc demo --family <family>` (glmc/cli/demo.py): build() options of the two models it trains on characters
-    # of Shakespeare (vocabulary and context come from the data), and what to call them; empty: no demo
-    demo_shape: dict = {}
-    demo_label: str = ""
+    training: Training = Training()  # what glmc train and glmc demo need (not the symmetry machinery)
     # stored tensor name (regex) -> the name the model class loads, for names transformers does not rename itself
     # (its own legacy renames, glmc/adapters/files.py LEGACY_RENAMES, apply to every family)
     renames: dict[str, str] = {}
-    # the data spec the demo trains on (glmc.data.parse_spec; `context` is the demo preset's)
-    demo_data = staticmethod(lambda context: {"source": "shakespeare", "tokenizer": "char", "context": context})
     # canonical key template -> role in the barrier decomposition, for keys of the family's own that
     # glmc/symmetry/parts.py's declarations and rules would misplace ({} : those suffice)
     part_roles: dict[str, str] = {}

@@ -35,11 +35,12 @@ Groups (derivations in docs/encoders.md and glmc/symmetry/declarations.py):
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from glmc.adapters.base import Adapter, Arch, TrainOption, UnsupportedModel
+from glmc.adapters.base import Adapter, Arch, Training, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
     block_hooks,
@@ -142,22 +143,23 @@ class BertAdapter(Adapter):
     model_types = ("bert",)
     label = "BERT (BertForMaskedLM, BertForPreTraining)"
     dir_format = "config.json with model_type 'bert' + *.safetensors (save_pretrained)"
-    presets = PRESETS
-    model_options = ("layers", "width", "heads", "mlp", "dropout", "tied", "activation")
-    demo_shape = dict(layers=2, width=64, heads=4, mlp=256, dropout=0.0, tied=True, activation="gelu")
-    demo_label = "BERT encoders (post-LN, masked LM, WordPiece 1000)"
-    demo_data = staticmethod(lambda context: {"task": "mlm", "source": "shakespeare", "tokenizer": "wordpiece:1000",
-                                              "context": context, "style": "bert"})
-    train_help = ("A post-LN BERT encoder (BertForMaskedLM) on the masked-LM task: 15 % of the tokens of [CLS] … [SEP] "
-                  "blocks masked, with its own WordPiece tokenizer trained on the corpus. Preset: cpu (4 layers, "
-                  "width 128, 4 heads, MLP 512, blocks of 64 tokens, WordPiece 2000, tied decoder, 1000 steps).")
-    train_data = ("shakespeare", "shakespeare, python-stdlib (a code corpus) or text:PATH.")
-    train_options = (
-        TrainOption("vocab", "count", "Tokenizer vocabulary (trained on the training split) [preset: 2000]."),
-        TrainOption("tokenizer", "text", "pretrained:DIR to use a saved tokenizer instead of training one."),
-        TrainOption("context", "count", "Block length in tokens, special tokens included."),
-        TrainOption("tied", "switch", "Tie the decoder to the word embeddings [preset: tied].", off="untied"),
-        TrainOption("activation", "choice", "", ("gelu", "relu", "gelu_new"), default="gelu"))
+    training = Training(
+        presets=PRESETS,
+        model_options=("layers", "width", "heads", "mlp", "dropout", "tied", "activation"),
+        demo_shape=dict(layers=2, width=64, heads=4, mlp=256, dropout=0.0, tied=True, activation="gelu"),
+        demo_label="BERT encoders (post-LN, masked LM, WordPiece 1000)",
+        demo_data=lambda context: {"task": "mlm", "source": "shakespeare", "tokenizer": "wordpiece:1000",
+                                                "context": context, "style": "bert"},
+        help=("A post-LN BERT encoder (BertForMaskedLM) on the masked-LM task: 15 % of the tokens of [CLS] … [SEP] "
+              "blocks masked, with its own WordPiece tokenizer trained on the corpus. Preset: cpu (4 layers, "
+              "width 128, 4 heads, MLP 512, blocks of 64 tokens, WordPiece 2000, tied decoder, 1000 steps)."),
+        data=("shakespeare", "shakespeare, python-stdlib (a code corpus) or text:PATH."),
+        options=(
+            TrainOption("vocab", "count", "Tokenizer vocabulary (trained on the training split) [preset: 2000]."),
+            TrainOption("tokenizer", "text", "pretrained:DIR to use a saved tokenizer instead of training one."),
+            TrainOption("context", "count", "Block length in tokens, special tokens included."),
+            TrainOption("tied", "switch", "Tie the decoder to the word embeddings [preset: tied].", off="untied"),
+            TrainOption("activation", "choice", "", ("gelu", "relu", "gelu_new"), default="gelu")))
 
     # --- which models --------------------------------------------------------------------------------------------
 
@@ -345,10 +347,10 @@ class RobertaAdapter(BertAdapter):
     model_types = ("roberta",)
     label = "RoBERTa (RobertaForMaskedLM)"
     dir_format = "config.json with model_type 'roberta' + *.safetensors (save_pretrained)"
-    demo_shape: dict = {}
-    train_help = ("A post-LN RoBERTa encoder (RobertaForMaskedLM) on the masked-LM task: <s> … </s> blocks, position "
-                  "ids past the padding index, its own byte-level BPE trained on the corpus. Preset: cpu (as bert's).")
-    train_options = BertAdapter.train_options
+    training = replace(BertAdapter.training,
+        demo_shape={},
+        help=("A post-LN RoBERTa encoder (RobertaForMaskedLM) on the masked-LM task: <s> … </s> blocks, position "
+              "ids past the padding index, its own byte-level BPE trained on the corpus. Preset: cpu (as bert's)."))
 
     def config_for(self, vocab_size, context, layers, width, heads, mlp, dropout=0.0, tied=True, activation="gelu",
                    pad_token_id=1):

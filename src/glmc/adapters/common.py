@@ -14,7 +14,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 import glmc.data
-from glmc.adapters.base import TrainOption
+from glmc.adapters.base import Training, TrainOption
 from glmc.adapters.files import note_pickled, read_pickled, weight_files
 from glmc.errors import BadCheckpoint, BadOption, UnsupportedModel
 
@@ -32,27 +32,28 @@ VIT_PRESETS = {
 VIT_OPTIONS = ("layers", "width", "heads", "mlp", "dropout", "activation", "patch")
 
 
+# `glmc train vit [--family hf|timm]`: the options and data of both ViT adapters (each adds its presets, model
+# options and variant)
+VIT_TRAINING = Training(
+    command="vit",
+    help=("ViT on images: HF ViTForImageClassification (--family hf) or timm VisionTransformer (--family timm). "
+          "Presets: cpu (4 layers, width 128, patch 7, 3 epochs), paper-cifar (6 layers, width 256, 8 heads, MLP "
+          "512, patch 4)."),
+    data=("mnist", "mnist, fashion-mnist, digits, cifar10:DIR, cifar100:DIR or folder:DIR."),
+    options=(TrainOption("patch", "count", "Patch size (must divide the image size)."),
+             TrainOption("augment", "choice", "[crop-flip for CIFAR, else none]", ("none", "crop-flip")),
+             TrainOption("activation", "choice", "", ("gelu", "relu"), default="gelu"),
+             TrainOption("pool", "choice", "What the head reads: the class token, or the mean of the patch tokens "
+                         "(timm only) [cls].", ("cls", "avg"))))
+
+
 class ViTTraining:
-    """`glmc train vit [--family hf|timm]`: the options and data of both ViT adapters (mixed in before Adapter)."""
-
-    train_command = "vit"
-    train_help = ("ViT on images: HF ViTForImageClassification (--family hf) or timm VisionTransformer (--family "
-                  "timm). Presets: cpu (4 layers, width 128, patch 7, 3 epochs), paper-cifar (6 layers, width 256, 8 "
-                  "heads, MLP 512, patch 4).")
-    train_data = ("mnist", "mnist, fashion-mnist, digits, cifar10:DIR, cifar100:DIR or folder:DIR.")
-
-    @property
-    def train_options(self):
-        return (TrainOption("patch", "count", "Patch size (must divide the image size)."),
-                TrainOption("augment", "choice", "[crop-flip for CIFAR, else none]", ("none", "crop-flip")),
-                TrainOption("activation", "choice", "", ("gelu", "relu"), default="gelu"),
-                TrainOption("pool", "choice", "What the head reads: the class token, or the mean of the patch tokens "
-                            "(timm only) [cls].", ("cls", "avg")))
+    """What both ViT adapters do for `glmc train vit` (mixed in before Adapter): pooling and the data spec."""
 
     def pooling(self, pool: str | None):
         """The build() pool value for --pool (None: the preset's)."""
         if pool == "avg":
-            raise BadOption(f"--family {self.train_variant} pools the class token only; use --family timm for "
+            raise BadOption(f"--family {self.training.variant} pools the class token only; use --family timm for "
                             "average pooling")
         return None
 

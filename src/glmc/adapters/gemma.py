@@ -15,6 +15,8 @@ Groups: Llama's (docs/families-qwen3-gemma-olmo.md). Narrow → wide is refused:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from glmc.adapters.base import UnsupportedModel
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
 from glmc.symmetry.declarations import standard_norms
@@ -45,15 +47,16 @@ class GemmaAdapter(RoPEDecoderAdapter):
     names = NAMES
     label = "Gemma (v1)"
     dir_format = "config.json with model_type 'gemma' + *.safetensors (save_pretrained)"
-    presets = PRESETS
+    training = replace(RoPEDecoderAdapter.training,
+        presets=PRESETS,
+        demo_shape=dict(layers=4, width=128, heads=4, kv_heads=1, mlp=344, tied=True),  # the cpu preset's shape
+        demo_label="Gemma decoders (1 + w RMSNorm, √d embeddings, tied head, multi-query attention)",
+        help=("A Gemma (v1) decoder (RMSNorm with 1 + w gains, √d-scaled embeddings, RoPE, gated GELU, multi- or "
+              "grouped-query attention) on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 1 "
+              "key/value head, 344 units, tied, char tokenizer)."))
     classes = {"gemma": "GemmaForCausalLM"}
     refused = REFUSED
 
-    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=1, mlp=344, tied=True)  # the cpu preset's shape
-    demo_label = "Gemma decoders (1 + w RMSNorm, √d embeddings, tied head, multi-query attention)"
-    train_help = ("A Gemma (v1) decoder (RMSNorm with 1 + w gains, √d-scaled embeddings, RoPE, gated GELU, multi- or "
-                  "grouped-query attention) on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 1 "
-                  "key/value head, 344 units, tied, char tokenizer).")
 
     def norms(self, model) -> dict:
         return standard_norms("rmsnorm", "1+w")

@@ -13,7 +13,7 @@ import copy
 
 import torch
 
-from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, UnsupportedModel
+from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, Training, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
     TokenLM,
@@ -72,18 +72,18 @@ class GPT2Adapter(TokenLM, Adapter):
     model_types = ("gpt2",)
     label = "GPT-2"
     dir_format = "config.json with model_type 'gpt2' + *.safetensors (save_pretrained)"
-    presets = PRESETS
-    model_options = ("layers", "width", "heads", "mlp", "dropout", "tied", "activation")
-    # small enough for about a minute per model on 2 CPU cores, large enough to show a clear vanilla barrier
-    demo_shape = dict(layers=4, width=128, heads=4, mlp=512, dropout=0.0, tied=True, activation="gelu_new")
-    demo_label = "GPT-2s"
-    train_help = ("HF GPT2LMHeadModel on text. Presets: cpu (4 layers, width 128, char, 1000 steps: ~4 min on 2 "
-                  "cores), paper-shakespeare (the paper's: 6 layers, width 256, 4 heads, MLP 1024, context 256, GPT-2 "
-                  "BPE, untied head, dropout 0.1, AdamW 3e-4).")
-    train_options = LM_OPTIONS + (
-        TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: cpu tied, paper untied].",
-                    off="untied"),
-        TrainOption("activation", "choice", "", ("gelu_new", "gelu", "relu"), default="gelu_new"))
+    training = Training(
+        presets=PRESETS, model_options=("layers", "width", "heads", "mlp", "dropout", "tied", "activation"),
+        # small enough for about a minute per model on 2 CPU cores, large enough to show a clear vanilla barrier
+        demo_shape=dict(layers=4, width=128, heads=4, mlp=512, dropout=0.0, tied=True, activation="gelu_new"),
+        demo_label="GPT-2s",
+        help=("HF GPT2LMHeadModel on text. Presets: cpu (4 layers, width 128, char, 1000 steps: ~4 min on 2 cores), "
+              "paper-shakespeare (the paper's: 6 layers, width 256, 4 heads, MLP 1024, context 256, GPT-2 BPE, untied "
+              "head, dropout 0.1, AdamW 3e-4)."),
+        options=LM_OPTIONS + (
+            TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: cpu tied, paper untied].",
+                        off="untied"),
+            TrainOption("activation", "choice", "", ("gelu_new", "gelu", "relu"), default="gelu_new")))
 
     @staticmethod
     def matches(model) -> bool:

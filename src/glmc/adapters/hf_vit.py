@@ -16,6 +16,7 @@ names them in "architectures" (ViTForImageClassification when it names neither).
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import torch
 
@@ -24,6 +25,7 @@ from glmc.adapters.common import (
     ELEMENTWISE,
     VIT_OPTIONS,
     VIT_PRESETS,
+    VIT_TRAINING,
     ViTTraining,
     assign_state,
     check_heads,
@@ -85,9 +87,10 @@ class HFViTAdapter(ViTTraining, Adapter):
     model_types = ("vit",)
     label = "ViT"
     dir_format = "config.json with model_type 'vit' + *.safetensors (save_pretrained)"
-    presets = VIT_PRESETS
-    model_options = VIT_OPTIONS
-    train_variant = "hf"
+    training = replace(VIT_TRAINING,
+        presets=VIT_PRESETS,
+        model_options=VIT_OPTIONS,
+        variant="hf")
 
     @staticmethod
     def matches(model) -> bool:

@@ -17,7 +17,7 @@ import copy
 
 import torch
 
-from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, UnsupportedModel
+from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, Training, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
     RotaryLM,
@@ -100,19 +100,20 @@ class LlamaAdapter(RotaryLM, Adapter):
     model_types = tuple(CLASSES)
     label = "Llama-family (Llama, Mistral, Qwen2)"
     dir_format = "config.json with model_type 'llama', 'mistral' or 'qwen2' + *.safetensors (save_pretrained)"
-    presets = PRESETS
-    model_options = ("layers", "width", "heads", "kv_heads", "head_dim", "mlp", "tied", "activation")
-    # the `glmc train llama` CPU preset's shape (4 query heads sharing 2 key/value heads, SwiGLU)
-    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False)
-    demo_label = "Llama decoders (RMSNorm, RoPE, SwiGLU, 4 query / 2 key-value heads)"
-    train_help = ("A Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention) on text. Preset: cpu (4 "
-                  "layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, untied, char "
-                  "tokenizer).")
-    train_options = LM_OPTIONS + (
-        TrainOption("kv_heads", "count", "Key/value heads (grouped-query attention; must divide --heads)."),
-        TrainOption("head_dim", "int", "Head size, even (RoPE pairs) [width / heads]; a narrower model that keeps "
-                    "the wide one's head size can be aligned to it (narrow → wide).", minimum=2),
-        TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: untied].", off="untied"))
+    training = Training(
+        presets=PRESETS,
+        model_options=("layers", "width", "heads", "kv_heads", "head_dim", "mlp", "tied", "activation"),
+        # the `glmc train llama` CPU preset's shape (4 query heads sharing 2 key/value heads, SwiGLU)
+        demo_shape=dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False),
+        demo_label="Llama decoders (RMSNorm, RoPE, SwiGLU, 4 query / 2 key-value heads)",
+        help=("A Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention) on text. Preset: cpu (4 "
+              "layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, untied, char "
+              "tokenizer)."),
+        options=LM_OPTIONS + (
+            TrainOption("kv_heads", "count", "Key/value heads (grouped-query attention; must divide --heads)."),
+            TrainOption("head_dim", "int", "Head size, even (RoPE pairs) [width / heads]; a narrower model that keeps "
+                        "the wide one's head size can be aligned to it (narrow → wide).", minimum=2),
+            TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: untied].", off="untied")))
 
     @classmethod
     def matches(cls, model) -> bool:

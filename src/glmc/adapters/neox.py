@@ -23,7 +23,7 @@ import copy
 
 import torch
 
-from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, TrainOption, UnsupportedModel
+from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, Training, TrainOption, UnsupportedModel
 from glmc.adapters.common import (
     ELEMENTWISE,
     RotaryLM,
@@ -99,19 +99,20 @@ class NeoXAdapter(RotaryLM, Adapter):
     model_types = ("gpt_neox",)
     label = "GPT-NeoX (Pythia)"
     dir_format = "config.json with model_type 'gpt_neox' + *.safetensors (save_pretrained, or Pythia's files)"
-    presets = PRESETS
-    model_options = ("layers", "width", "heads", "mlp", "rotary", "parallel", "tied", "activation", "dropout")
-    demo_shape = dict(layers=4, width=128, heads=4, mlp=512, rotary=0.25, parallel=True, tied=False)
-    demo_label = "GPT-NeoX decoders (parallel attention + MLP, a quarter of each head rotary)"
-    train_help = ("A GPT-NeoX decoder (Pythia's architecture: LayerNorm, parallel attention + MLP, partial rotary, "
-                  "untied head) on text. Preset: cpu (4 layers, width 128, 4 heads, MLP 512, rotary 0.25, char "
-                  "tokenizer).")
-    train_options = LM_OPTIONS + (
-        TrainOption("rotary", "fraction", "Fraction of each head's dimensions RoPE rotates [preset: 0.25]."),
-        TrainOption("parallel", "switch", "Parallel attention + MLP (Pythia) or sequential blocks [preset: "
-                    "parallel].", off="sequential"),
-        TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: untied].", off="untied"),
-        TrainOption("activation", "choice", "", ("gelu", "gelu_new", "relu"), default="gelu"))
+    training = Training(
+        presets=PRESETS,
+        model_options=("layers", "width", "heads", "mlp", "rotary", "parallel", "tied", "activation", "dropout"),
+        demo_shape=dict(layers=4, width=128, heads=4, mlp=512, rotary=0.25, parallel=True, tied=False),
+        demo_label="GPT-NeoX decoders (parallel attention + MLP, a quarter of each head rotary)",
+        help=("A GPT-NeoX decoder (Pythia's architecture: LayerNorm, parallel attention + MLP, partial rotary, "
+              "untied head) on text. Preset: cpu (4 layers, width 128, 4 heads, MLP 512, rotary 0.25, char "
+              "tokenizer)."),
+        options=LM_OPTIONS + (
+            TrainOption("rotary", "fraction", "Fraction of each head's dimensions RoPE rotates [preset: 0.25]."),
+            TrainOption("parallel", "switch", "Parallel attention + MLP (Pythia) or sequential blocks [preset: "
+                        "parallel].", off="sequential"),
+            TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset: untied].", off="untied"),
+            TrainOption("activation", "choice", "", ("gelu", "gelu_new", "relu"), default="gelu")))
 
     @staticmethod
     def matches(model) -> bool:

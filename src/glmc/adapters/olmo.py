@@ -17,6 +17,8 @@ Narrow → wide is refused: it must rescale the norms' eps by N/M, which OLMo ha
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from glmc.adapters.base import TrainOption, UnsupportedModel
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
 from glmc.errors import BadOption
@@ -50,18 +52,20 @@ class OlmoAdapter(RoPEDecoderAdapter):
     names = NAMES
     label = "OLMo (v1)"
     dir_format = "config.json with model_type 'olmo' + *.safetensors (save_pretrained)"
-    presets = PRESETS
-    model_options = RoPEDecoderAdapter.model_options + ("clip_qkv",)
+    training = replace(RoPEDecoderAdapter.training,
+        presets=PRESETS,
+        model_options=RoPEDecoderAdapter.training.model_options + ("clip_qkv",),
+        # the cpu preset's shape
+        demo_shape=dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False, clip_qkv=8.0),
+        demo_label="OLMo decoders (parameter-free LayerNorm, clip_qkv 8, RoPE, SwiGLU)",
+        help=("An OLMo (v1) decoder (LayerNorm without parameters, RoPE, SwiGLU, optional clip_qkv) on text. "
+              "Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, "
+              "untied, clip_qkv 8, char tokenizer)."),
+        options=RoPEDecoderAdapter.training.options + (
+            TrainOption("clip_qkv", "text", "Clamp q/k/v projections to [-c, c]: a positive number, or none "
+                        "[preset: 8]."),))
     classes = {"olmo": "OlmoForCausalLM"}
     refused = REFUSED
-    # the cpu preset's shape
-    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False, clip_qkv=8.0)
-    demo_label = "OLMo decoders (parameter-free LayerNorm, clip_qkv 8, RoPE, SwiGLU)"
-    train_help = ("An OLMo (v1) decoder (LayerNorm without parameters, RoPE, SwiGLU, optional clip_qkv) on text. "
-                  "Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 units, "
-                  "untied, clip_qkv 8, char tokenizer).")
-    train_options = RoPEDecoderAdapter.train_options + (
-        TrainOption("clip_qkv", "text", "Clamp q/k/v projections to [-c, c]: a positive number, or none [preset: 8]."),)
 
     def training_data(self, p: dict, given: set, log) -> dict:
         clip = p.get("clip_qkv")

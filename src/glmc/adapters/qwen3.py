@@ -13,6 +13,8 @@ them alone, and plane signs commute with them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from glmc.adapters.namemap import Entry
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
 from glmc.symmetry.declarations import NormSpec
@@ -39,14 +41,15 @@ class Qwen3Adapter(RoPEDecoderAdapter):
     names = NAMES
     label = "Qwen3"
     dir_format = "config.json with model_type 'qwen3' + *.safetensors (save_pretrained)"
-    presets = PRESETS
+    training = replace(RoPEDecoderAdapter.training,
+        presets=PRESETS,
+        demo_shape=dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False),  # the cpu preset's shape
+        demo_label="Qwen3 decoders (QK-norm, RoPE, SwiGLU, 4 query / 2 key-value heads)",
+        help=("A Qwen3 decoder (RMSNorm, QK-norm on every query/key head, RoPE, SwiGLU, grouped-query attention) "
+              "on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 "
+              "units, untied, char tokenizer)."))
     classes = {"qwen3": "Qwen3ForCausalLM"}
     refused = REFUSED
-    demo_shape = dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False)  # the cpu preset's shape
-    demo_label = "Qwen3 decoders (QK-norm, RoPE, SwiGLU, 4 query / 2 key-value heads)"
-    train_help = ("A Qwen3 decoder (RMSNorm, QK-norm on every query/key head, RoPE, SwiGLU, grouped-query attention) "
-                  "on text. Preset: cpu (4 layers, width 128, 4 query heads sharing 2 key/value heads, SwiGLU 344 "
-                  "units, untied, char tokenizer).")
 
     def norms(self, model) -> dict:
         # q_norm / k_norm: over each head's dimensions, left in place (the plane signs commute with them)

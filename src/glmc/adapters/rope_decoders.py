@@ -10,6 +10,8 @@ the planes (i, i + d_head/2)) and gates its MLP as act(gate_proj x) ⊙ up_proj 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import transformers
 
 from glmc.adapters.base import LM_OPTIONS, Arch, TrainOption
@@ -42,11 +44,12 @@ class RoPEDecoderAdapter(LlamaAdapter):
 
     classes: dict[str, str] = {}
     refused: dict[str, str] = {}
-    demo_shape: dict = {}
-    train_options = LM_OPTIONS + (
-        TrainOption("kv_heads", "count", "Key/value heads (grouped-query attention; must divide --heads)."),
-        TrainOption("head_dim", "int", "Head size, even (RoPE pairs) [width / heads].", minimum=2),
-        TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset's].", off="untied"))
+    training = replace(LlamaAdapter.training,
+        demo_shape={},
+        options=LM_OPTIONS + (
+            TrainOption("kv_heads", "count", "Key/value heads (grouped-query attention; must divide --heads)."),
+            TrainOption("head_dim", "int", "Head size, even (RoPE pairs) [width / heads].", minimum=2),
+            TrainOption("tied", "switch", "Tie the LM head to the embeddings [preset's].", off="untied")))
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -20,6 +20,7 @@ On disk: glmc/adapters/timm_config.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from glmc.adapters.base import Adapter, Arch, UnsupportedModel
 from glmc.adapters.common import (
     VIT_OPTIONS,
     VIT_PRESETS,
+    VIT_TRAINING,
     ViTTraining,
     assign_state,
     check_heads,
@@ -104,9 +106,10 @@ class TimmViTAdapter(ViTTraining, Adapter):
     dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
     config_file = TIMM_CONFIG
     config_format = "timm"
-    presets = VIT_PRESETS
-    model_options = VIT_OPTIONS + ("pool",)
-    train_variant = "timm"
+    training = replace(VIT_TRAINING,
+        presets=VIT_PRESETS,
+        model_options=VIT_OPTIONS + ("pool",),
+        variant="timm")
 
     def pooling(self, pool):
         return {"cls": "token", "avg": "avg"}.get(pool) if pool else None

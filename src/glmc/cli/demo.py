@@ -20,10 +20,11 @@ DEFAULT_FAMILY = "gpt2"
 
 def demo_families() -> dict:
     """family -> (model shape, what the models are called): every registered adapter that declares a demo
-    (Adapter.demo_shape, demo_label), trained on characters of Shakespeare."""
+    (Adapter.training: demo_shape, demo_label), trained on characters of Shakespeare."""
     from glmc.adapters import adapters
 
-    return {cls.family: (cls.demo_shape, cls.demo_label) for cls in adapters() if cls.demo_shape}
+    return {cls.family: (cls.training.demo_shape, cls.training.demo_label) for cls in adapters()
+            if cls.training.demo_shape}
 
 
 class _Families(click.Choice):
@@ -62,7 +63,7 @@ def _train_or_reuse(out_dir, family, seed, steps, context, progress):
     cfg = TrainConfig(seed=seed, **{**DEMO_TRAIN, "steps": steps})
     from glmc.adapters import adapter_named
 
-    data = adapter_named(family).demo_data(context)
+    data = adapter_named(family).training.demo_data(context)
     _, rec = run(family, data, shape, cfg, out=out_dir, progress=progress, overwrite=True,
                  log=lambda msg: None)
     rec["demo"] = wanted

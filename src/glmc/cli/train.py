@@ -1,5 +1,5 @@
 """`glmc train FAMILY`: train an endpoint and save it with its glmc.json record. The sub-commands, their presets
-and their model options come from the adapter registry (Adapter.train_command, presets, train_options,
+and their model options come from the adapter registry (Adapter.training: command, presets, options,
 training_data): a family that declares presets is trainable with no change here."""
 
 from pathlib import Path
@@ -83,8 +83,8 @@ def _by_command() -> dict:
 
     out: dict = {}
     for cls in adapters():
-        if cls.presets:
-            out.setdefault(cls.train_command or cls.family, []).append(cls)
+        if cls.training.presets:
+            out.setdefault(cls.training.command or cls.family, []).append(cls)
     return out
 
 
@@ -102,13 +102,13 @@ def _option(o):
 def _train_command(name: str, classes: list):
     """`glmc train NAME`: the shared options, each adapter's own, and --family when several adapters share NAME."""
     first = classes[0]()
-    variants = {cls.train_variant: cls for cls in classes}
+    variants = {cls.training.variant: cls for cls in classes}
 
     def train(data, family=None, **opts):
         from glmc.adapters import adapter_named
 
         adapter = adapter_named(variants[family].family if family else first.family)
-        own = {o.name for o in adapter.train_options}
+        own = {o.name for o in adapter.training.options}
         extra = {k: opts.pop(k) for k in list(opts) if k not in COMMON}
         unknown = [k for k, v in extra.items() if k not in own and v is not None]
         if unknown:
@@ -116,20 +116,21 @@ def _train_command(name: str, classes: list):
             raise click.BadParameter(f"--family {family} has no such option", param_hint=flag)
         _run(adapter, opts, dict(extra, data=data))
 
-    options = [click.option("--data", default=first.train_data[0], show_default=True, help=first.train_data[1])]
+    options = [click.option("--data", default=first.training.data[0], show_default=True,
+                                help=first.training.data[1])]
     if len(classes) > 1:
-        options.append(click.option("--family", type=click.Choice(list(variants)), default=classes[0].train_variant,
+        options.append(click.option("--family", type=click.Choice(list(variants)), default=classes[0].training.variant,
                                     show_default=True))
     seen = set()
     for cls in classes:
-        for o in cls().train_options:
+        for o in cls().training.options:
             if o.name not in seen:
                 seen.add(o.name)
                 options.append(_option(o))
     f = train
     for option in reversed(options):
         f = option(f)
-    return click.command(name, help=first.train_help)(_common(f))
+    return click.command(name, help=first.training.help)(_common(f))
 
 
 def _merge(presets: dict, opts: dict, **extra) -> dict:
@@ -164,9 +165,9 @@ def _train(adapter, opts, extra):
     family = adapter.family
     log = (lambda *a: None) if opts["quiet"] else click.echo
     given = {k for k, v in {**opts, **extra}.items() if v is not None}
-    p = _merge(adapter.presets, opts, **extra)
+    p = _merge(adapter.training.presets, opts, **extra)
     spec = glmc.data.parse_spec(adapter.training_data(p, given, click.echo))
-    shape = {k: p[k] for k in adapter.model_options if k in p}
+    shape = {k: p[k] for k in adapter.training.model_options if k in p}
     fields = TrainConfig.__dataclass_fields__
     cfg = TrainConfig(**{k: v for k, v in p.items() if k in fields})
     out = Path(opts["out"] or f"runs/{family}-{_short(spec['source'])}-seed{cfg.seed}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
@@ -54,9 +54,10 @@ class MinistralAdapter(RoPEDecoderAdapter):
     names = decoder_names()
     dir_format = "config.json with model_type 'ministral' + *.safetensors (save_pretrained)"
     classes = {"ministral": "MinistralForCausalLM"}
-    demo_shape = dict(layers=2, width=64, heads=4, kv_heads=2, mlp=172, tied=False)
-    demo_label = "Ministral decoders"
-    train_help = "A Ministral decoder (Llama's layout, sliding-window attention on some layers) on text."
+    training = replace(RoPEDecoderAdapter.training,  # Llama's presets and options; its own demo and help
+                       demo_shape=dict(layers=2, width=64, heads=4, kv_heads=2, mlp=172, tied=False),
+                       demo_label="Ministral decoders",
+                       help="A Ministral decoder (Llama's layout, sliding-window attention on some layers) on text.")
 
 
 def read_docstrings(source: str, limit: int = 400_000) -> str:
