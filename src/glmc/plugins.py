@@ -57,20 +57,28 @@ def load(kind: str, check=None) -> list:
 
 class Registry:
     """The records of one extension point by key: glmc's own (`builtin`, registered first) and installed plugins'
-    (loaded the first time the registry is read). `key`: the record attribute naming it (its entry point's name)."""
+    (loaded the first time the registry is read). `key`: the record attribute naming it (its entry point's name).
+    A record is an instance of `record_type`, or with `subclasses` a subclass of it (a family's Adapter class)."""
 
-    def __init__(self, kind: str, record_type: type, key: str, builtin=()):
+    def __init__(self, kind: str, record_type: type, key: str, builtin=(), subclasses: bool = False):
         self.kind, self.record_type, self.key, self.builtin = kind, record_type, key, tuple(builtin)
+        self.subclasses = subclasses
         self._records: dict = {}
         self._loaded = False
 
     def _label(self) -> str:
-        return f"{self.record_type.__module__}.{self.record_type.__name__}"
+        name = f"{self.record_type.__module__}.{self.record_type.__name__}"
+        return f"{name} subclass" if self.subclasses else name
+
+    def _accepts(self, record) -> bool:
+        if self.subclasses:
+            return isinstance(record, type) and issubclass(record, self.record_type)
+        return isinstance(record, self.record_type)
 
     def register(self, record):
         """Add a record (glmc's own, or one a test or notebook defines); its key must be new."""
-        if not isinstance(record, self.record_type):
-            raise TypeError(f"a glmc {self.kind} is a {self._label()}, not a {type(record).__name__}")
+        if not self._accepts(record):
+            raise TypeError(f"a glmc {self.kind} is a {self._label()}, not {record!r}")
         name = getattr(record, self.key)
         if name in self._records:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
@@ -88,8 +96,8 @@ class Registry:
         return dict(self._records)
 
     def _check_plugin(self, record, ep) -> None:
-        if not isinstance(record, self.record_type):
-            raise TypeError(f"it is a {type(record).__name__}, not a {self._label()}")
+        if not self._accepts(record):
+            raise TypeError(f"it is {record!r}, not a {self._label()}")
         if getattr(record, self.key) != ep.name:
             raise ValueError(f"its record is named {getattr(record, self.key)!r}: name the entry point the same")
         self.register(record)

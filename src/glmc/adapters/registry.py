@@ -24,27 +24,12 @@ from glmc.adapters.timm_vit import TimmViTAdapter
 ADAPTERS: list[type[Adapter]] = [GPT2Adapter, HFViTAdapter, TimmViTAdapter, LlamaAdapter, NeoXAdapter, Qwen3Adapter,
                                  GemmaAdapter, OlmoAdapter, BertAdapter, RobertaAdapter]
 FAMILIES = tuple(cls.family for cls in ADAPTERS)
-_PLUGINS: list[type[Adapter]] | None = None
+REGISTRY = plugins.Registry("family", Adapter, "family", ADAPTERS, subclasses=True)
 
 
 def adapters() -> list[type[Adapter]]:
     """Every family's adapter class: glmc's own, then installed plugins' (loaded on first use)."""
-    global _PLUGINS
-    if _PLUGINS is None:
-        _PLUGINS = []
-        plugins.load("family", check=_check_plugin)  # each checked one is added to _PLUGINS
-    return ADAPTERS + _PLUGINS
-
-
-def _check_plugin(cls, ep) -> None:
-    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
-        raise TypeError(f"it is {cls!r}, not a glmc.adapters.base.Adapter subclass")
-    if cls.family != ep.name:
-        raise ValueError(f"its family is {cls.family!r}: name the entry point the same")
-    loaded = _PLUGINS if _PLUGINS is not None else []
-    if cls.family in FAMILIES or any(c.family == cls.family for c in loaded):
-        raise ValueError(f"the family {cls.family!r} is already registered")
-    loaded.append(cls)
+    return list(REGISTRY.all().values())
 
 
 def families() -> tuple[str, ...]:

@@ -176,22 +176,19 @@ def _method_options(method: str, options, kw: dict) -> dict:
     """Every option of `method` as keywords for glmc.matching.align, validated by its options class (an
     unknown name: TypeError; a bad value: BadOption; an old name: DeprecationWarning)."""
     cls = method_record(method).options
+    # the pair option a class may not declare ("none" has no class; a plugin's may lack it): checked and kept as is
+    pair = {} if cls is not None and "null_space" in cls.names() else \
+        {k: kw.pop(k) for k in ("null_space",) if k in kw}
+    if pair.get("null_space") is not None:
+        WeightOptions(null_space=pair["null_space"])  # the same choices
     if cls is None:  # "none": the raw pair; only pairs of different widths take an option
         if options is not None:
             raise TypeError(f"method {method!r} takes no options object")
-        unknown = sorted(set(kw) - {"null_space"})
-        if unknown:
-            raise TypeError(f"{method} matching got unknown option(s) {', '.join(unknown)}; its options: null_space")
-        if kw.get("null_space") is not None:
-            WeightOptions(null_space=kw["null_space"])  # the same choices
-        return dict(kw)
-    if "null_space" in cls.names() or kw.get("null_space") is None:
-        kw = {k: v for k, v in kw.items() if k != "null_space" or "null_space" in cls.names()}
-        return cls.build(options, _stacklevel=4, **kw).as_dict()
-    # a method whose class has no null_space (a plugin's): the pair option is checked and kept beside its fields
-    pair = {"null_space": kw.pop("null_space")}
-    WeightOptions(null_space=pair["null_space"])  # the same choices
-    return {**cls.build(options, _stacklevel=4, **kw).as_dict(), **pair}
+        if kw:
+            raise TypeError(f"{method} matching got unknown option(s) {', '.join(sorted(kw))}; its options: "
+                            "null_space")
+        return pair
+    return {**cls.build(options, _stacklevel=4, **kw).as_dict(), **{k: v for k, v in pair.items() if v is not None}}
 
 
 def _check(models) -> None:

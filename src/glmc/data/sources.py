@@ -79,7 +79,9 @@ def _path(source: str) -> str:
     return source.partition(":")[2]
 
 
-def _absolute_path(source: str, base=None) -> str:
+def absolute_path(source: str, base=None) -> str:
+    """`kind:PATH` (a source, or a tokenizer's pretrained:DIR) with PATH made absolute, a relative one from `base`
+    (default: the working directory)."""
     kind, _, path = source.partition(":")
     if not path:
         return source
@@ -156,4 +158,4 @@ def absolute(source: str, base=None) -> str:
     record = source_of(source)
     if record.absolute is not None:
         return record.absolute(source, base)
-    return _absolute_path(source, base) if record.path != "none" else source
+    return absolute_path(source, base) if record.path != "none" else source

@@ -24,11 +24,10 @@ Tables (glmc/data/tables.py): "jsonl:PATH[:FIELD]", "parquet:PATH[:FIELD]", "hf-
 "cls"). Their completed spec records "split_rule": "own", "val-from-train" or "90/5/5".
 """
 
-from pathlib import Path
 
 from .mlm import STYLES
 from .mlm import check_kind as check_mlm_kind
-from .sources import absolute, source_of, sources
+from .sources import absolute, absolute_path, source_of, sources
 from .text import DEFAULT_SPLIT
 from .tokenizer import check_kind
 
@@ -43,14 +42,6 @@ def source_kind(source: str) -> str:
 
 def task_of(source: str) -> str:
     return source_of(source).task_of(source)
-
-
-def _absolute(source: str) -> str:
-    """A `kind:PATH` string (a tokenizer's pretrained:DIR) with its path made absolute."""
-    if ":" not in source:
-        return source
-    kind, path = source.split(":", 1)
-    return f"{kind}:{Path(path).expanduser().resolve()}"
 
 
 def parse_spec(data, **options) -> dict:
@@ -81,7 +72,7 @@ def _complete_mlm(spec: dict) -> dict:
     spec.setdefault("tokenizer", "wordpiece:2000" if spec["style"] == "bert" else "bpe:2000")
     spec["tokenizer"] = check_mlm_kind(spec["tokenizer"])
     if spec["tokenizer"].startswith("pretrained:"):
-        spec["tokenizer"] = _absolute(spec["tokenizer"])
+        spec["tokenizer"] = absolute_path(spec["tokenizer"])
     spec["context"] = int(spec.get("context", 64))
     if spec["context"] < 3:
         raise ValueError(f"a masked-LM block holds two special tokens and at least one more: context >= 3, got "
@@ -98,7 +89,7 @@ def _complete_lm(spec: dict) -> dict:
     spec.setdefault("tokenizer", "char")
     spec["tokenizer"] = check_kind(spec["tokenizer"])
     if spec["tokenizer"].startswith("pretrained:"):
-        spec["tokenizer"] = _absolute(spec["tokenizer"])
+        spec["tokenizer"] = absolute_path(spec["tokenizer"])
     spec["context"] = int(spec.get("context", 128))
     if spec["context"] < 1:
         raise ValueError(f"context must be >= 1, got {spec['context']}")

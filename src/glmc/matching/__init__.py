@@ -77,7 +77,8 @@ def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
 def _align_widths(model_a, model_b, method, **options) -> Alignment:
     """Different widths: embed the narrower model exactly into the wider architecture (glmc/view/widen.py), then
     align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
-    func = method_record(method).function()
+    record = method_record(method)
+    func = record.function()
     if func is not None and "fill" not in _accepted(func):  # e.g. a plugin's method written for one width
         raise IncompatibleModels(f"the models differ in width ({model_shape(model_a)} vs {model_shape(model_b)}) and "
                                  f"method {method!r} aligns models of one width only (its align function takes no "
@@ -94,7 +95,7 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
     embedded = widen_model(narrow, w[1], n_head=w[2], d_mlp=w[4], d_head=w[3]).to(model_device(narrow))
     # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
     eps_effect = _eps_effect(embedded, wide)
-    learned = method_record(method).trains
+    learned = record.trains
     if learned and options.get("sampler") is None:
         # λ over the whole path: the paper's code draws λ nearer the wide model, which leaves the barrier on the
         # narrow side of the path untrained (decision D13)
@@ -106,7 +107,7 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
         raise BadOption(f"unknown null-space mode {null_space!r}; choose from {', '.join(NULL_SPACE_MODES)}")
     if null_space == "learned" and not learned:
         raise BadOption("null_space='learned' needs learned matching (it trains on the task loss)")
-    if method_record(method).align is not None:
+    if func is not None:
         options["fill"] = null_space != "off"
     if learned:
         options["learn_free"] = null_space == "learned"
