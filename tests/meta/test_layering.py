@@ -268,3 +268,51 @@ def test_function_level_imports_only_defer_heavy_libraries():
                 if any(n.startswith(".") or n.split(".")[0] not in DEFERRED_LIBRARIES for n in names):
                     found.add(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, sorted(found)
+
+
+# --- matchers read declarations ---------------------------------------------------------------------------------
+# Weight, activation and the paper's matching, and the paths built on them, find what to solve through
+# glmc/symmetry/structure.py (a group's kind, rows and `follows`), never by a role's name: a new attention or MLP
+# layout is then a declaration. The role names are derived: the spec's rows and every GroupSpec an adapter declares.
+READ_DECLARATIONS = ("matching", "paths")
+
+
+def _declared_roles() -> set[str]:
+    from glmc.symmetry.spec import ROWS
+
+    roles = {row[0] for row in ROWS}
+    for path in (SRC / "adapters").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                roles |= {k.value for k, v in zip(node.keys, node.values, strict=True) if isinstance(k, ast.Constant)
+                          and isinstance(v, ast.Call) and getattr(v.func, "id", "") == "GroupSpec"}
+            elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                  and getattr(node.value.func, "id", "") == "GroupSpec"):
+                roles |= {t.slice.value for t in node.targets
+                          if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)}
+    return roles
+
+
+def _role_constants(tree, roles: set[str]) -> list[int]:
+    """Lines of string constants equal to a role name, less docstrings and the field names of a report (a dict
+    literal with a "method" key: `"residual": residual_kind(...)` there names an output field, not a group)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    fields = {id(k) for n in ast.walk(tree) if isinstance(n, ast.Dict)
+              and any(isinstance(k, ast.Constant) and k.value == "method" for k in n.keys) for k in n.keys}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in roles
+            and id(n) not in docs and id(n) not in fields]
+
+
+def test_no_matcher_names_a_role():
+    roles = _declared_roles()
+    assert {"heads", "kv_heads", "qk", "mlp_scale", "mlm_hidden", "pooler"} <= roles  # derived, and complete
+    found = [f"{path.relative_to(SRC)}:{line}" for path, pkg in _modules() if pkg in READ_DECLARATIONS
+             for line in _role_constants(ast.parse(path.read_text()), roles)]
+    assert not found, found
+
+
+def test_the_role_scan_finds_a_role_and_spares_docstrings_and_reports():
+    tree = ast.parse('"""heads"""\nx = groups["heads"]\nr = {"method": "weight", "residual": 1}\n')
+    assert _role_constants(tree, {"heads", "residual"}) == [2]

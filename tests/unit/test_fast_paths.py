@@ -188,6 +188,7 @@ def test_bfloat16_moved_unit_rows_still_recover_a_planted_symmetry(family, monke
     from glmc.adapters import adapter_for
     from glmc.matching import align, common, mlp_units
     from glmc.symmetry.random import random_full_transform
+    from glmc.symmetry.structure import structure
     from glmc.view.model_ops import transform_model
 
     for module in (common, mlp_units):
@@ -195,10 +196,11 @@ def test_bfloat16_moved_unit_rows_still_recover_a_planted_symmetry(family, monke
     monkeypatch.setattr(common, "bfloat16_native", lambda device: True)
     torch.manual_seed(0)
     model = (factories.tiny_gpt2() if family == "gpt2" else factories.llama()).eval()
-    _, _, va, vb = common.canonical_pair(model, model)
-    low = mlp_units.ranked_in_bfloat16(va, vb, 0)
+    _, arch, va, vb = common.canonical_pair(model, model)
+    units = structure(arch.groups).units
+    low = mlp_units.ranked_in_bfloat16(va, vb, units, 0)
     assert low == (("blocks.0.mlp.gate.w",) if family == "llama" else ("blocks.0.mlp.in.w", "blocks.0.mlp.out.w"))
-    assert mlp_units.ranked_in_bfloat16(va, vb, 0, "cosine") == (low if family == "llama" else ())
+    assert mlp_units.ranked_in_bfloat16(va, vb, units, 0, "cosine") == (low if family == "llama" else ())
     moved = transform_model(model, random_full_transform(adapter_for(model).arch(model),
                                                          torch.Generator().manual_seed(3)))
     al = align(model, moved, "weight", iterations=5, progress=False, algorithm="glmc")

@@ -10,6 +10,7 @@ from glmc.matching.heads import head_factors
 from glmc.matching.paper import block_cross, circuit_distances, paper_weight_matching, table_cross
 from glmc.matching.residual_fit import solve_residual
 from glmc.symmetry.random import random_class_element
+from glmc.symmetry.structure import structure
 from glmc.view.circuit import circuit_params
 from glmc.view.model_ops import canonical_view
 
@@ -18,7 +19,8 @@ def test_head_cost_is_the_unsquared_distance_of_explicit_circuits():
     view, adapter = canonical_view(tiny_gpt2(seed=0))
     other, _ = canonical_view(tiny_gpt2(seed=1))
     arch = adapter.arch(tiny_gpt2())
-    cost = circuit_distances(head_factors(view, 1), head_factors(other, 1))
+    heads = structure(arch.groups).heads
+    cost = circuit_distances(head_factors(view, heads, 1), head_factors(other, heads, 1))
     ca, cb = circuit_params(view, arch.n_layer), circuit_params(other, arch.n_layer)
     qk = torch.cdist(ca["blocks.1.attn.qk"].flatten(1).double(), cb["blocks.1.attn.qk"].flatten(1).double())
     ov = torch.cdist(ca["blocks.1.attn.ov"].flatten(1).double(), cb["blocks.1.attn.ov"].flatten(1).double())

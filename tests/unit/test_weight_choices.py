@@ -13,6 +13,8 @@ from glmc.matching.heads import score_keys
 from glmc.matching.mlp_units import signature_similarity, unit_signatures
 from glmc.matching.residual_fit import seen_token_rows
 from glmc.symmetry.random import random_full_transform
+from glmc.symmetry.spec import transformer_groups
+from glmc.symmetry.structure import structure
 from glmc.view.model_ops import transform_model
 
 
@@ -47,9 +49,10 @@ def test_signature_similarities_rank_a_unit_first_against_its_own_copy():
             "blocks.0.mlp.out.w": torch.randn(6, 4, generator=gen)}
     perm = torch.randperm(6, generator=gen)
     moved = {k: v[perm] * 2.0 for k, v in view.items()}  # a uniform scale: signatures are normalised
-    assert torch.allclose(unit_signatures(view, 0).norm(dim=-1), torch.ones(6))
+    units = structure(transformer_groups(4, 1, 4, 6, relu=False)).units
+    assert torch.allclose(unit_signatures(view, units, 0).norm(dim=-1), torch.ones(6))
     for kind_name in ("cosine", "l1"):
-        s = signature_similarity(view, moved, 0, kind_name)
+        s = signature_similarity(view, moved, units, 0, kind_name)
         assert s.argmax(1).tolist() == perm.argsort().tolist()
 
 

@@ -33,6 +33,7 @@ from glmc.options import ActivationOptions
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
+from glmc.symmetry.structure import structure
 from glmc.symmetry.transform import Transform
 
 # decision D8. "orthogonal" names whatever residual group the model declares.
@@ -152,22 +153,27 @@ def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions
                       desc="activations", disable=not progress, leave=False, total=train_batches))
     corr = correlations(adapter, canon_a, canon_b, train)
     inner = Transform()
+    declared = structure(arch.groups)
+    heads, units = declared.heads, declared.units
     for i in range(arch.n_layer):
-        out = corr[f"blocks.{i}.attn.o"].value()
-        if "heads" in arch.groups:
-            heads, ov = match_heads_by_outputs(out, arch.n_head)
-            found = {"heads": heads, "ov": ov}
-        else:
-            kv, query, ov = match_grouped_heads_by_outputs(out, arch.n_head, arch.groups["kv_heads"].size)
-            found = {"kv_heads": kv, "query_heads": query, "ov": ov}
-        found["mlp"] = assignment(corr[f"blocks.{i}.mlp.out"].value())
+        found = {}
+        if heads is not None:  # the hook on the output projection reads the heads' concatenated outputs
+            out = corr[heads.factors(i)[3]].value()
+            if heads.within is None and heads.size == arch.n_head:
+                order, dims = match_heads_by_outputs(out, arch.n_head)
+                found = {heads.order: order, heads.value_maps: dims}
+            else:
+                order, within, dims = match_grouped_heads_by_outputs(out, arch.n_head, heads.size)
+                found = {heads.order: order, heads.within: within, heads.value_maps: dims}
+        if units is not None:  # the hook on the down projection reads the hidden units
+            found[units.order] = assignment(corr[units.prefixes(i)[1]].value())
         inner.elements.update({group_name(role, i): e for role, e in found.items() if role in arch.groups})
     if res_kind == "permutation":
         candidates = [assignment(sum(corr[f"blocks.{i}"].value() for i in range(arch.n_layer)))]
     else:
         moments = sum(corr[f"blocks.{i}"].cross_moment() for i in range(arch.n_layer))
         candidates = kind(res_kind).nearest_per_sign(moments)
-    transforms = [Transform({"residual": res, **inner.elements}) for res in candidates]
+    transforms = [Transform({declared.stream: res, **inner.elements}) for res in candidates]
     signs = None
     if len(transforms) > 1:  # a global sign (±P after post-LN): decided by the weights, not the moments
         distances = [streamed_distance(view_a, view_b, t.elements, arch) for t in transforms]
@@ -183,8 +189,11 @@ def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions
 
 def _check_kinds(arch, res_kind: str) -> None:
     """Activation matching finds permutations (and the residual kind asked for); each group must admit them."""
-    roles = ("heads", "kv_heads", "ov", "mlp") + (("residual",) if res_kind == "permutation" else ())
-    for role in roles:  # query_heads: grouped by construction
+    found = structure(arch.groups)
+    heads = (found.heads.order, found.heads.value_maps) if found.heads else ()
+    roles = heads + ((found.units.order,) if found.units else ()) + ((found.stream,) if res_kind == "permutation"
+                                                                   else ())
+    for role in roles:  # the order inside key/value groups: grouped by construction
         spec = arch.groups.get(role)
         if spec is not None and not spec.group().admits("permutation") and "permutation" not in spec.subgroups:
             raise UnsupportedModel(f"activation matching finds permutations, which the {spec.kind} {role} group of "

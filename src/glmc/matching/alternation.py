@@ -26,7 +26,7 @@ tuning pair, decision D10), so it is the default. The head comparison and the pe
 its declared kind (Kind.head_similarity, head_problem / solve_head_problems; glmc/symmetry/kinds, solvers.py), so a
 new kind brings its own. `scale-rotation` QK maps are solved per rotary plane in closed form
 (a complex scale c = a + ib; best of the Q-side and K-side least squares and their geometric mean). A gated MLP
-with a declared `mlp_scale` matches units on the gate's inner products plus |cosine| of up and down rows (blind to
+with a declared per-unit scale matches units on the gate's inner products plus |cosine| of up and down rows (blind to
 the per-unit scale), then fits each unit's scale in closed form the same way (real c).
 With data and below 2^25 parameters, align runs several alternations and keeps the one whose path midpoint has
 the lowest training loss (glmc/matching/select.py). Otherwise circuit mode, and GPT-2 below 2^25 parameters (its
@@ -54,6 +54,7 @@ from glmc.matching.heads import centred_scores, head_factors, match_grouped_head
 from glmc.matching.mlp_units import (
     UNIT_SIMILARITIES,
     fit_mlp_scale,
+    gated,
     gated_mlp_similarity,
     mlp_similarity,
     ranked_in_bfloat16,
@@ -71,6 +72,7 @@ from glmc.memory import park, release_keys, trim
 from glmc.options import WeightOptions
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.spec import group_name
+from glmc.symmetry.structure import structure
 from glmc.symmetry.transform import Transform, apply_elements
 
 HEAD_SIMILARITIES = ("auto", "circuit")
@@ -96,13 +98,16 @@ def _grouped(t: torch.Tensor, b: int) -> torch.Tensor:
 def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: str = "auto",
                 residual=None, centred_keys: bool = False, unit_similarity: str = "inner",
                 permutations: bool = True) -> Transform:
-    """Heads, per-head maps and MLP units, per layer, for the groups the model declares, between A and B moved by
-    the residual element `residual` (None: B as it is), one block at a time. `head_similarity`: "auto" (per
-    rotary plane where the QK maps are scale-rotations) or "circuit" (the whole QK circuit); `centred_keys`:
-    heads compared on what their scores see (score_keys); `unit_similarity`: UNIT_SIMILARITIES (plain MLPs);
-    `permutations=False`: B's heads and units stay where they are (only the per-head maps and MLP scales are
-    fitted)."""
+    """Heads, per-head maps and MLP units, per layer, for the groups the model declares (their structure read off
+    the declarations: glmc/symmetry/structure.py), between A and B moved by the residual element `residual` (None:
+    B as it is), one block at a time. `head_similarity`: "auto" (per rotary plane where the score maps are
+    scale-rotations) or "circuit" (the whole QK circuit); `centred_keys`: heads compared on what their scores see
+    (score_keys); `unit_similarity`: UNIT_SIMILARITIES (plain MLPs); `permutations=False`: B's heads and units stay
+    where they are (only the per-head maps and unit scales are fitted)."""
     groups, t = arch.groups, Transform()
+    found = structure(groups)
+    heads, mlp = found.heads, found.units
+    stream = {} if residual is None else {found.stream: residual}
     chunks = layer_chunks(view_b, arch.n_layer)
     pending: dict[str, list] = {}  # role -> (layer, its Kind's head problem), solved after the loop
     units = Assignments(LSA_WORKERS, LSA_QUEUED)
@@ -117,46 +122,24 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
             unit_perms[j] = perm
             if j in rotated_mlp:
                 part = rotated_mlp.pop(j)
-                moved = part if perm is None else apply_elements(part, {group_name("mlp", j): perm}, arch, strict=False)
-                scales[j] = fit_mlp_scale(view_a, moved, j)
+                moved = part if perm is None else apply_elements(part, {group_name(mlp.order, j): perm}, arch,
+                                                                 strict=False)
+                scales[j] = fit_mlp_scale(view_a, moved, mlp, j)
                 release_keys(part, view_a)
 
     for i in range(arch.n_layer):
         # what only the bfloat16 unit ranking reads is moved in bfloat16 (the rest in float32)
-        low = ranked_in_bfloat16(view_a, view_b, i, unit_similarity) if permutations else ()
-        rotated_b = moved_part(view_b, chunks[i], {} if residual is None else {"residual": residual}, arch, low)
-        fa, fb = head_factors(view_a, i), head_factors(rotated_b, i)
-        # the head comparison each declared kind of per-head maps leaves unchanged ("circuit": whole circuits)
-        qk, ov = ((groups[r].group() if r in groups and head_similarity == "auto" else None) for r in ("qk", "ov"))
-        sa, sb = ((centred_scores(fa, arch.centred_stream), centred_scores(fb, arch.centred_stream))
-                  if centred_keys else (fa, fb))
-        if permutations and "heads" in groups:
-            perm = match_heads(sa, sb, qk, ov)
-            t.elements[group_name("heads", i)] = perm
-            fb = tuple(f[perm.src] for f in fb)
-        elif permutations and "kv_heads" in groups:
-            n_kv = groups["kv_heads"].size
-            kv, query = match_grouped_heads(sa, sb, arch.n_head // n_kv, qk, ov)
-            t.elements[group_name("kv_heads", i)] = kv
-            if "query_heads" in groups:
-                t.elements[group_name("query_heads", i)] = query
-            total = kv._shared(arch.n_head)[0][query.src]
-            qb, kb, vb, ob = fb
-            fb = (qb[total], kb[kv.src], vb[kv.src], ob[total])
-        qa, ka, va, oa = fa
-        qb, kb, vb, ob = fb
-        for role, (xa, xb, ya, yb) in (("qk", (qa, qb, ka, kb)), ("ov", (va, vb, oa, ob))):
-            if head_maps and role in groups:
-                b = groups[role].batch or arch.n_head
-                # a map shared by r query heads fits all of them at once: their factors side by side
-                xa, xb, ya, yb = (_grouped(f, b) if f.shape[0] != b else f for f in (xa, xb, ya, yb))
-                pending.setdefault(role, []).append((i, groups[role].group().head_problem(xa, xb, ya, yb)))
-        gated = "mlp_scale" in groups and f"blocks.{i}.mlp.gate.w" in view_a
-        if gated:
-            rotated_mlp[i] = {k: v for k, v in rotated_b.items() if ".mlp." in k and ".gate." not in k}
-        if "mlp" in groups and permutations:
-            units.submit(i, gated_mlp_similarity(view_a, rotated_b, i) if gated
-                         else mlp_similarity(view_a, rotated_b, i, unit_similarity))
+        low = ranked_in_bfloat16(view_a, view_b, mlp, i, unit_similarity) if permutations and mlp else ()
+        rotated_b = moved_part(view_b, chunks[i], stream, arch, low)
+        if heads is not None:
+            _match_heads(view_a, rotated_b, arch, heads, i, t.elements, pending, head_maps=head_maps,
+                         head_similarity=head_similarity, centred_keys=centred_keys, permutations=permutations)
+        is_gated = mlp is not None and gated(view_a, mlp, i)
+        if is_gated:
+            rotated_mlp[i] = {k: v for k, v in rotated_b.items() if k.startswith(mlp.prefixes(i)[:2])}
+        if mlp is not None and permutations:
+            units.submit(i, gated_mlp_similarity(view_a, rotated_b, mlp, i) if is_gated
+                         else mlp_similarity(view_a, rotated_b, mlp, i, unit_similarity))
             del rotated_b
             fit_scales(units.take_done())
         else:  # without permutations B's units stay where they are, and a gated MLP's scales are still fitted
@@ -173,13 +156,46 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
     trim()  # the similarities and costs of every layer are freed by now
     for i in sorted(unit_perms):
         if unit_perms[i] is not None:
-            t.elements[group_name("mlp", i)] = unit_perms[i]
+            t.elements[group_name(mlp.order, i)] = unit_perms[i]
         if i in scales:
-            t.elements[group_name("mlp_scale", i)] = scales[i]
+            t.elements[group_name(mlp.scale, i)] = scales[i]
     t.elements.update(head_maps_found)
     if permutations:  # the adapter's own groups (an MLM head's hidden units, a pooler), from their declared rows
-        t.elements.update(match_declared(view_a, view_b, arch, {} if residual is None else {"residual": residual}))
+        t.elements.update(match_declared(view_a, view_b, arch, stream))
     return t
+
+
+def _match_heads(view_a, rotated_b, arch, heads, i: int, elements: dict, pending: dict, *, head_maps: bool,
+                 head_similarity: str, centred_keys: bool, permutations: bool) -> None:
+    """Block i's head order (into `elements`) and the problems of its per-head maps (into `pending`, by role)."""
+    groups = arch.groups
+    fa, fb = head_factors(view_a, heads, i), head_factors(rotated_b, heads, i)
+    # the head comparison each declared kind of per-head maps leaves unchanged ("circuit": whole circuits)
+    score_kind, value_kind = (groups[r].group() if r is not None and head_similarity == "auto" else None
+                              for r in (heads.score_maps, heads.value_maps))
+    sa, sb = ((centred_scores(fa, arch.centred_stream), centred_scores(fb, arch.centred_stream))
+              if centred_keys else (fa, fb))
+    if permutations and heads.within is None and heads.size == arch.n_head:
+        perm = match_heads(sa, sb, score_kind, value_kind)
+        elements[group_name(heads.order, i)] = perm
+        fb = tuple(f[perm.src] for f in fb)
+    elif permutations:
+        order, within = match_grouped_heads(sa, sb, arch.n_head // heads.size, score_kind, value_kind)
+        elements[group_name(heads.order, i)] = order
+        if heads.within is not None:
+            elements[group_name(heads.within, i)] = within
+        total = order._shared(arch.n_head)[0][within.src]
+        qb, kb, vb, ob = fb
+        fb = (qb[total], kb[order.src], vb[order.src], ob[total])
+    if not head_maps:
+        return
+    for role in heads.maps:
+        x, y = heads.map_sides(role)
+        xa, xb, ya, yb = fa[x], fb[x], fa[y], fb[y]
+        b = groups[role].batch or arch.n_head
+        # a map shared by r query heads fits all of them at once: their factors side by side
+        xa, xb, ya, yb = (_grouped(f, b) if f.shape[0] != b else f for f in (xa, xb, ya, yb))
+        pending.setdefault(role, []).append((i, groups[role].group().head_problem(xa, xb, ya, yb)))
 
 
 # the first maps weight matching can start from (`restarts`: the default one, the other weighting's, B's stream as it
@@ -224,6 +240,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     if weighting not in WEIGHTINGS:
         raise BadOption(f"unknown residual weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
     residual = residual_kind(arch, residual)
+    stream = structure(arch.groups).stream
     log = [] if log is None else log
     keys_all = residual_keys(view_a, arch.n_layer, arch)
     t0 = time.perf_counter()
@@ -252,7 +269,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
             fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, weighting, rows, unmoved, known)
             res = solve_residual(fitted.fit, residual)
             t3 = time.perf_counter()
-            full = Transform({"residual": res, **inner.elements})
+            full = Transform({stream: res, **inner.elements})
             dist = fitted.distance(res)
             if dist is None:
                 dist = streamed_distance(view_a, view_b, full.elements, arch)

@@ -19,6 +19,7 @@ from glmc.matching.nullspace import fill_exact
 from glmc.memory import FilePages, is_parked, paged_forward, park, release_keys, row_slices, trim
 from glmc.models.evaluate import model_device
 from glmc.symmetry.spec import NORM_BIASES, READERS, WRITERS, expand_keys, instantiate
+from glmc.symmetry.structure import STREAM
 from glmc.symmetry.transform import Transform, apply_elements
 from glmc.view.canonical import canonicalise
 from glmc.view.model_ops import logits
@@ -131,7 +132,7 @@ def residual_keys(view, n_layer: int, arch=None) -> list[str]:
     encoder's MLM-head input, a pooler). Tensors it moves otherwise (a norm's gain by "gain", a tied MLM head's
     dense layer on both axes) are left to residual_actions' callers."""
     keys = expand_keys(RESIDUAL_KEYS, n_layer, view)
-    if arch is None or "residual" not in arch.groups:
+    if arch is None or STREAM not in arch.groups:
         return keys
     acts = residual_actions(view, arch)
     plain = [k for k in keys if k not in acts or simple_residual(acts[k])]
@@ -140,7 +141,7 @@ def residual_keys(view, n_layer: int, arch=None) -> list[str]:
 
 def residual_actions(view, arch) -> dict[str, list]:
     """key -> [(axis, mode), …] of every action of the residual group on `view`."""
-    group = instantiate({"residual": arch.groups["residual"]}, arch.n_layer, view.keys()).get("residual")
+    group = instantiate({STREAM: arch.groups[STREAM]}, arch.n_layer, view.keys()).get(STREAM)
     out: dict[str, list] = {}
     for a in group.actions if group is not None else []:
         out.setdefault(a.key, []).append((a.axis % max(view[a.key].dim(), 1) - view[a.key].dim(), a.mode))

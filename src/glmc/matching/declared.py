@@ -22,19 +22,19 @@ from glmc.matching.common import squared_norm
 from glmc.symmetry.elements import ScaleMap
 from glmc.symmetry.solvers import best_complex_scale
 from glmc.symmetry.spec import instantiate
+from glmc.symmetry.structure import structure
 from glmc.symmetry.transform import apply_elements
-
-# the roles weight matching solves itself (glmc/matching/alternation.py); every other declared role is solved here
-BUILT_IN = ("residual", "heads", "qk", "ov", "mlp", "kv_heads", "query_heads", "mlp_scale")
 
 
 def declared_roles(arch) -> list[str]:
-    return [role for role in arch.groups if role not in BUILT_IN]
+    """The declared roles in which the matchers recognise no stream, head or unit structure
+    (glmc/symmetry/structure.py): solved here."""
+    return list(structure(arch.groups).own)
 
 
 def match_declared(view_a: dict, view_b: dict, arch, elements: dict) -> dict:
-    """{group name: element} for every declared role outside BUILT_IN, in declaration order, with B moved by
-    `elements` (the residual map) and by the groups solved before."""
+    """{group name: element} for every declared role of no recognised structure (declared_roles), in declaration
+    order, with B moved by `elements` (the residual map) and by the groups solved before."""
     roles = declared_roles(arch)
     if not roles:
         return {}

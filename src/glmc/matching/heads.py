@@ -13,6 +13,7 @@ from glmc.matching.common import (
 from glmc.symmetry.elements import IndexMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.solvers import circuit_similarity
+from glmc.symmetry.structure import Heads
 
 
 def _aug(w, b):
@@ -21,11 +22,12 @@ def _aug(w, b):
     return torch.cat([w.double(), b.unsqueeze(-1)], -1)
 
 
-def head_factors(view: dict, i: int):
-    p = f"blocks.{i}.attn."
-    q, k = _aug(view[p + "q.w"], view.get(p + "q.b")), _aug(view[p + "k.w"], view.get(p + "k.b"))
-    v = _aug(view[p + "v.w"], view.get(p + "v.b"))
-    o = torch.cat([view[p + "o.w"].double(), torch.zeros_like(view[p + "o.w"][..., :1]).double()], -1)
+def head_factors(view: dict, heads: Heads, i: int):
+    """Block i's bias-augmented query, key, value and output factors [H, d_head, d+1] (the output's last column
+    zero), the tensors read off the declared head order (glmc/symmetry/structure.py)."""
+    q, k, v, o = heads.factors(i)
+    q, k, v = (_aug(view[p + ".w"], view.get(p + ".b")) for p in (q, k, v))
+    o = torch.cat([view[o + ".w"].double(), torch.zeros_like(view[o + ".w"][..., :1]).double()], -1)
     return q, k, v, o
 
 

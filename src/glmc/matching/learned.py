@@ -49,6 +49,7 @@ from glmc.models.evaluate import summed, training_loss
 from glmc.options import LEARNED_STEPS, PERM_LR, PERMUTATIONS_ONLY_LR, LearnedOptions, MergeOptions
 from glmc.paths.interpolate import eval_dtype
 from glmc.symmetry.spec import split_name
+from glmc.symmetry.structure import STREAM
 from glmc.symmetry.transform import Transform, apply_elements, constant_first
 from glmc.view.circuit import circuit_model, circuit_params
 
@@ -402,7 +403,7 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
         raise BadOption(f"perm_lr is a learning rate, at least 0; got {perm_lr}")
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b)
     device = next(model_a.parameters()).device
-    kinds = {"residual": "permutation"} if permutations_only else None
+    kinds = {STREAM: "permutation"} if permutations_only else None
     init, wm_log = weight_matching(view_a, view_b, arch, iterations, "permutation" if permutations_only else None,
                                    head_maps=not permutations_only and mode == "native", progress=progress,
                                    # the unweighted fit (decision D1)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from glmc.symmetry.spec import NORM_BIASES, WRITERS, expand_keys, split_name
+from glmc.symmetry.structure import STREAM
 from glmc.symmetry.transform import apply_elements
 
 RELATIVE_RANK_TOL = 1e-9  # eigenvalues of B's residual-write Gram matrix below this (× the largest) are null
@@ -80,7 +81,7 @@ def split_groups(elements: dict) -> tuple[dict, dict]:
     """(residual part, everything else) of a transform's elements or dense matrices: the residual probe moves with
     the residual map only, the others with the head and MLP maps only (their last axis is not the residual)."""
     def residual(name):
-        return split_name(name)[0] == "residual"
+        return split_name(name)[0] == STREAM
 
     return ({k: v for k, v in elements.items() if residual(k)}, {k: v for k, v in elements.items() if not residual(k)})
 

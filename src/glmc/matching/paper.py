@@ -37,6 +37,7 @@ from glmc.matching.mlp_units import signature_similarity
 from glmc.matching.residual_fit import cross_correlation, moved_part, residual_kind, solve_residual, streamed_distance
 from glmc.symmetry.solvers import circuit_similarity
 from glmc.symmetry.spec import group_name
+from glmc.symmetry.structure import structure
 from glmc.symmetry.transform import Transform, apply_elements
 
 # the tables iteration 0 fits O on: token / patch embeddings, positions, the LM head or classifier
@@ -60,12 +61,15 @@ def circuit_distances(fa, fb) -> torch.Tensor:
 def match_circuits(view_a, view_b, arch, res) -> dict:
     """Head and unit permutations of every layer, B moved by the residual element `res` (steps 2 and 3)."""
     elements = {}
+    found = structure(arch.groups)
+    heads, units = found.heads, found.units
     chunks = layer_chunks(view_b, arch.n_layer)
     for i in range(arch.n_layer):
-        b = moved_part(view_b, chunks[i], {"residual": res}, arch)
-        elements[group_name("heads", i)] = assignment(-circuit_distances(head_factors(view_a, i), head_factors(b, i)))
-        if "mlp" in arch.groups:
-            elements[group_name("mlp", i)] = assignment(signature_similarity(view_a, b, i, "l1"))
+        b = moved_part(view_b, chunks[i], {found.stream: res}, arch)
+        elements[group_name(heads.order, i)] = assignment(-circuit_distances(head_factors(view_a, heads, i),
+                                                                             head_factors(b, heads, i)))
+        if units is not None:
+            elements[group_name(units.order, i)] = assignment(signature_similarity(view_a, b, units, i, "l1"))
     return elements
 
 
@@ -77,16 +81,18 @@ def table_cross(view_a, view_b, keys, rows: dict) -> torch.Tensor:
 def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
     """Σ over every layer's circuit-form blocks of B′ᵀ·A / rows, B′ under the permutations `inner`, with the side
     of each circuit that O does not act on in this term moved by the current residual element `res`."""
-    d = view_a["blocks.0.attn.o.w"].shape[-1]
+    found = structure(arch.groups)
+    heads, units = found.heads, found.units
+    d = view_a[heads.factors(0)[3] + ".w"].shape[-1]
     c2 = (d + 1) / arch.d_head  # the stored query is QK_hᵀ·√((d+1)/d_head): its cross scales by the square
     total = torch.zeros(d, d, dtype=torch.float64)
     chunks = layer_chunks(view_b, arch.n_layer)
     for i in range(arch.n_layer):
         permuted = moved_part(view_b, chunks[i], inner, arch)
-        full = moved_part(view_b, chunks[i], {"residual": res, **inner}, arch)
-        qa, ka, va, oa = head_factors(view_a, i)
-        qp, _, _, op = head_factors(permuted, i)
-        _, kf, vf, _ = head_factors(full, i)
+        full = moved_part(view_b, chunks[i], {found.stream: res, **inner}, arch)
+        qa, ka, va, oa = head_factors(view_a, heads, i)
+        qp, _, _, op = head_factors(permuted, heads, i)
+        _, kf, vf, _ = head_factors(full, heads, i)
         # attention input: rows of QK_hᵀ (one per key coordinate) over the query side; its bias coordinate is fixed
         total += c2 * cross_correlation(torch.einsum("hpd,hpe->hed", qa, ka)[..., :-1],
                                         torch.einsum("hpd,hpe->hed", qp, kf)[..., :-1], "rows")
@@ -94,7 +100,7 @@ def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
         # column, dropped here)
         total += cross_correlation(torch.einsum("hpd,hpe->hde", va, oa)[..., :-1],
                                    torch.einsum("hpd,hpe->hde", vf, op)[..., :-1], "rows")
-        for k in (f"blocks.{i}.mlp.in.w", f"blocks.{i}.mlp.out.w"):
+        for k in () if units is None else (p + ".w" for p in units.prefixes(i)[:2]):
             if k in view_a:
                 total += cross_correlation(view_a[k], permuted[k], "rows")
     return total
@@ -102,8 +108,9 @@ def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
 
 def runs_on(arch) -> bool:
     """Whether the paper's alternation applies: it assigns whole heads, so it needs plain multi-head attention (a
-    head permutation group; grouped-query models declare none)."""
-    return "heads" in arch.groups
+    head order of every head, one by one; grouped-query models order key/value groups)."""
+    heads = structure(arch.groups).heads
+    return heads is not None and heads.within is None and heads.size == arch.n_head
 
 
 def paper_weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | None = None,
@@ -130,9 +137,9 @@ def paper_weight_matching(view_a, view_b, arch, iterations: int = 15, residual: 
         t2 = time.perf_counter()
         inner = match_circuits(view_a, view_b, arch, res)
         t3 = time.perf_counter()
-        dist = streamed_distance(view_a, view_b, {"residual": res, **inner}, arch)
+        dist = streamed_distance(view_a, view_b, {structure(arch.groups).stream: res, **inner}, arch)
         log.append({"step": it + 1, "distance": dist, "residual_seconds": t2 - t1, "inner_seconds": t3 - t2})
-    t = Transform({"residual": res, **inner})
+    t = Transform({structure(arch.groups).stream: res, **inner})
     log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": log[-1]["distance"]})
     return t, log
 
@@ -140,7 +147,8 @@ def paper_weight_matching(view_a, view_b, arch, iterations: int = 15, residual: 
 def fits_head_maps(head_maps: bool, mode: str, arch) -> bool:
     """Whether per-head maps are fitted after an alternation: asked for, native mode (circuits absorb them), and
     declared by the model."""
-    return head_maps and mode == "native" and any(r in arch.groups for r in ("qk", "ov"))
+    heads = structure(arch.groups).heads
+    return head_maps and mode == "native" and heads is not None and bool(heads.maps)
 
 
 def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, head_maps: bool):
@@ -148,8 +156,9 @@ def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, 
     bring B's factors onto A's given its residual map and permutations."""
     t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
     # the adapter's own groups (an MLM head's units, a pooler), which the paper's alternation does not know
-    t.elements.update(match_declared(view_a, view_b, arch, {"residual": t.elements["residual"]}
-                                     if "residual" in t.elements else {}))
+    stream = structure(arch.groups).stream
+    t.elements.update(match_declared(view_a, view_b, arch, {stream: t.elements[stream]}
+                                     if stream in t.elements else {}))
     if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
         maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
         t = t.then(maps, arch)

@@ -20,6 +20,7 @@ from glmc.matching.common import (
 from glmc.memory import release_keys, trim
 from glmc.symmetry.elements import bfloat16_moves, float32_moves
 from glmc.symmetry.kinds import kind
+from glmc.symmetry.structure import STREAM
 from glmc.symmetry.transform import apply_elements
 
 
@@ -80,7 +81,7 @@ class ResidualPass:
         cached = None if unmoved is None else unmoved.get(frozenset(elements))
         # tensors the residual moves other than on the last axis of a fitted tensor (a norm's gain on the stream, a
         # tied MLM head's dense layer on both axes): kept aside, and measured exactly for each residual element
-        acts = residual_actions(view_b, arch) if "residual" in arch.groups else {}
+        acts = residual_actions(view_b, arch) if STREAM in arch.groups else {}
         odd = {k for k, a in acts.items() if k not in wanted or not simple_residual(a)}
         self.arch, self.odd, odd_norm = arch, {}, 0.0
         # [Σ ‖A_t‖², Σ ‖A_t‖² + ‖B′_t‖² over residual tensors (+ the rest's distances), Σ B′_tᵀ·A_t, Σ w_t·B′_tᵀ·A_t]
@@ -131,7 +132,7 @@ class ResidualPass:
             return None
         odd = 0.0
         if self.odd:
-            there = apply_elements({k: b for k, (_, b) in self.odd.items()}, {"residual": res}, self.arch, strict=False)
+            there = apply_elements({k: b for k, (_, b) in self.odd.items()}, {STREAM: res}, self.arch, strict=False)
             odd = sum(squared_norm(a, there[k]) for k, (a, _) in self.odd.items())
         return (max(self.fixed - 2 * float((self.raw * co).sum()), 0.0) + odd) / self.norm_a
 
@@ -169,7 +170,7 @@ def seen_token_rows(data, view: dict) -> dict:
 def residual_kind(arch, residual: str | None = None) -> str:
     """The kind weight matching fits for the residual: the declared one, or one of its declared subgroups
     ("orthogonal" names the declared kind, for the CLI's --residual)."""
-    spec = arch.groups["residual"]
+    spec = arch.groups[STREAM]
     if residual in (None, "orthogonal", spec.kind):
         return spec.kind
     if residual not in spec.subgroups:
