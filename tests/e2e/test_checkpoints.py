@@ -178,8 +178,10 @@ def test_legacy_layernorm_names_are_read_as_transformers_reads_them(tmp_path):
 
 
 def test_an_adapter_declares_its_own_renames(f32, tmp_path, monkeypatch):
-    """A rename transformers does not make itself, declared by an adapter (Adapter.renames), is applied by glmc's
-    checks and passed to from_pretrained: the checkpoint loads with the function of the original."""
+    """A rename transformers does not make itself, declared by an adapter (Adapter.checkpoint.renames), is applied by
+    glmc's checks and passed to from_pretrained: the checkpoint loads with the function of the original."""
+    from dataclasses import replace
+
     from safetensors.torch import load_file, save_file
 
     from glmc.adapters.gpt2 import GPT2Adapter
@@ -192,7 +194,8 @@ def test_an_adapter_declares_its_own_renames(f32, tmp_path, monkeypatch):
               metadata={"format": "pt"})
     with pytest.raises(ValueError, match="lacks weight 'transformer.ln_f.weight'"):
         glmc.load_model(path)
-    monkeypatch.setattr(GPT2Adapter, "renames", {r"\.final_norm\.": ".ln_f."})
+    renames = {r"\.final_norm\.": ".ln_f."}
+    monkeypatch.setattr(GPT2Adapter, "checkpoint", replace(GPT2Adapter.checkpoint, renames=renames))
     assert max_logit_change(glmc.load_model(path), glmc.load_model(f32[0])) == 0.0
 
 

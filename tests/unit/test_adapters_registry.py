@@ -20,7 +20,7 @@ def test_every_family_is_named_and_claims_only_its_own_directories(tmp_path):
         save_model(model, tmp_path / family)
     for family in SHAPES:
         assert adapter_for_dir(tmp_path / family).family == family
-        claimed = [f for f in SHAPES if type(adapter_named(f)).claims_dir(tmp_path / family)]
+        claimed = [f for f in SHAPES if type(adapter_named(f)).checkpoint.claims(tmp_path / family)]
         assert claimed == [family]
     with pytest.raises(UnsupportedModel, match="unknown model family 'falcon'"):
         adapter_named("falcon")

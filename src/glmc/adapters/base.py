@@ -22,7 +22,6 @@ class that would have to.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 import torch
 
@@ -163,13 +162,10 @@ class Adapter:
     native_classes: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()
     label: str = ""  # the family's name for people ("GPT-2"), for error messages
-    dir_format: str = ""  # what a checkpoint directory of this family holds, for error messages
-    config_file: str = "config.json"  # the file that says a directory holds a model of this family
-    config_format: str = "Hugging Face"  # whose format that file is, for error messages
+    # its checkpoint directories: which it claims, what they hold, how they are read and written
+    # (glmc/adapters/checkpoints.py: HFCheckpoint, FileCheckpoint)
+    checkpoint = None
     training: Training = Training()  # what glmc train and glmc demo need (not the symmetry machinery)
-    # stored tensor name (regex) -> the name the model class loads, for names transformers does not rename itself
-    # (its own legacy renames, glmc/adapters/files.py LEGACY_RENAMES, apply to every family)
-    renames: dict[str, str] = {}
     # canonical key template -> role in the barrier decomposition, for keys of the family's own that
     # glmc/symmetry/parts.py's declarations and rules would misplace ({} : those suffice)
     part_roles: dict[str, str] = {}
@@ -177,17 +173,6 @@ class Adapter:
     @staticmethod
     def matches(model) -> bool:
         raise NotImplementedError
-
-    @classmethod
-    def claims_dir(cls, path: Path) -> bool:
-        """Whether the checkpoint directory `path` holds a model of this family."""
-        return False
-
-    def expected_weights(self, path) -> dict | None:
-        """{weight name on disk: shape} that the directory's config implies, checked against the safetensors
-        headers before loading (a loader that silently initialises missing weights at random would hide them);
-        None when the family's loader checks strictly itself."""
-        return None
 
     def training_data(self, p: dict, given: set, log) -> dict:
         """The glmc.data spec a `glmc train` run reads, from the merged settings `p` (preset + options), which it
@@ -240,14 +225,6 @@ class Adapter:
 
     def build(self, **shape):
         """A freshly initialised model of this family (uses the global torch RNG: seed it first)."""
-        raise NotImplementedError
-
-    def load(self, path: Path):
-        """The model in checkpoint directory `path` (safetensors only, never a hub)."""
-        raise NotImplementedError
-
-    def save(self, model, directory: Path) -> None:
-        """Write the model's files into the existing directory `directory`."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------ running

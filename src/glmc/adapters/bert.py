@@ -41,15 +41,12 @@ from pathlib import Path
 import torch
 
 from glmc.adapters.base import Adapter, Arch, Training, TrainOption, UnsupportedModel
+from glmc.adapters.checkpoints import HFCheckpoint
 from glmc.adapters.common import (
     ELEMENTWISE,
     block_hooks,
     check_heads,
-    hf_config,
-    hf_expected_weights,
-    load_pretrained,
     rebuild,
-    save_pretrained,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOSE, Entry, Layout, NameMap, layer_norm
 from glmc.data import task_of
@@ -142,7 +139,7 @@ class BertAdapter(Adapter):
     native_classes = CLASSES["bert"] + tuple(n for n in REFUSED if n.startswith("Bert"))
     model_types = ("bert",)
     label = "BERT (BertForMaskedLM, BertForPreTraining)"
-    dir_format = "config.json with model_type 'bert' + *.safetensors (save_pretrained)"
+    checkpoint = HFCheckpoint(classes={"bert": CLASSES["bert"]}, by_architecture=True, refused=REFUSED)
     training = Training(
         presets=PRESETS,
         model_options=("layers", "width", "heads", "mlp", "dropout", "tied", "activation"),
@@ -171,23 +168,6 @@ class BertAdapter(Adapter):
     def matches(cls, model) -> bool:
         name = type(model).__name__
         return name in cls.served() or (name in REFUSED and getattr(model.config, "model_type", "") == cls.model_type)
-
-    @classmethod
-    def claims_dir(cls, path) -> bool:
-        config = hf_config(path)
-        return config is not None and config.get("model_type") == cls.model_type
-
-    def _class_name(self, path) -> str:
-        archs = (hf_config(path) or {}).get("architectures") or [self.served()[0]]
-        if archs[0] in REFUSED:
-            raise UnsupportedModel(f"{archs[0]} in {path}: {REFUSED[archs[0]]}")
-        if archs[0] not in self.served():
-            raise UnsupportedModel(f"{path} holds a {archs[0]}; the {self.family} adapter serves "
-                                   f"{', '.join(self.served())}")
-        return archs[0]
-
-    def expected_weights(self, path):
-        return hf_expected_weights(path, self._class_name(path), self.label)
 
     def check_supported(self, model) -> None:
         name, c = type(model).__name__, model.config
@@ -252,14 +232,6 @@ class BertAdapter(Adapter):
         cfg = self.config_for(vocab_size, context, layers, width, heads, mlp, dropout, tied, activation, pad_token_id)
         cls = getattr(transformers, self.served()[1] if pretraining else self.served()[0])
         return cls(cfg)
-
-    def load(self, path):
-        import transformers
-
-        return load_pretrained(getattr(transformers, self._class_name(path)), path, self.renames)
-
-    def save(self, model, directory) -> None:
-        save_pretrained(model, directory)
 
     def from_canonical(self, view, model, ln_eps=None, tie=None, consume=False):
         h, dh, d = view["blocks.0.attn.q.w"].shape
@@ -346,7 +318,7 @@ class RobertaAdapter(BertAdapter):
     native_classes = CLASSES["roberta"] + tuple(n for n in REFUSED if n.startswith("Roberta"))
     model_types = ("roberta",)
     label = "RoBERTa (RobertaForMaskedLM)"
-    dir_format = "config.json with model_type 'roberta' + *.safetensors (save_pretrained)"
+    checkpoint = HFCheckpoint(classes={"roberta": CLASSES["roberta"]}, by_architecture=True, refused=REFUSED)
     training = replace(BertAdapter.training,
         demo_shape={},
         help=("A post-LN RoBERTa encoder (RobertaForMaskedLM) on the masked-LM task: <s> … </s> blocks, position "

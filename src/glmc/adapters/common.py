@@ -140,7 +140,7 @@ def load_pretrained(model_class, path, renames: dict | None = None):
     """`model_class.from_pretrained(path)` from local files only (never a hub), in the dtype the weights are stored
     in: safetensors (single or sharded), or else pytorch_model.bin (single or sharded) read by
     torch.load(weights_only=True) only (glmc/adapters/files.py). `renames`, the loading adapter's
-    (Adapter.renames), are applied to stored names (from_pretrained's key_mapping)."""
+    (Adapter.checkpoint.renames), are applied to stored names (from_pretrained's key_mapping)."""
 
     p = Path(path)
     kind, files = weight_files(p)
@@ -234,9 +234,6 @@ class TokenLM:
     family: str
     input_key: str
 
-    def save(self, model, directory) -> None:
-        save_pretrained(model, directory)
-
     def data_shape(self, ds) -> dict:
         if ds.task != "lm":
             raise ValueError(f"{self.family} needs text data, got {ds.spec['source']}")
@@ -298,8 +295,9 @@ def assign_state(new, state: dict, view: dict, source, name: str, may_miss=()):
     return new
 
 
-class RotaryLM(TokenLM):
-    """What the Hugging Face decoders with rotary positions share (Llama family, GPT-NeoX): probe inputs up to
+class RotaryLM:
+    """What the Hugging Face decoders with rotary positions share (mixed in beside TokenLM before Adapter: the RoPE
+    decoders, GPT-NeoX): probe inputs up to
     `max_position_embeddings`, no circuit form, and a head tied when `tie_word_embeddings` says so (untying
     rebuilds it from the canonical view)."""
 

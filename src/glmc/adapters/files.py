@@ -10,8 +10,8 @@
 
 Tensor names: some checkpoints use names transformers renames on load. glmc's checks read them the same way:
 `renamed` applies LEGACY_RENAMES (the renames transformers itself applies to every model, as in its
-conversion_mapping "legacy" table) and an adapter's own (Adapter.renames, also passed to from_pretrained as its
-key_mapping, so a family may declare a rename transformers does not make).
+conversion_mapping "legacy" table) and an adapter's own (Adapter.checkpoint.renames, also passed to from_pretrained as
+its key_mapping, so a family may declare a rename transformers does not make).
 """
 
 from __future__ import annotations

@@ -46,7 +46,6 @@ class GemmaAdapter(RoPEDecoderAdapter):
     family = "gemma"
     names = NAMES
     label = "Gemma (v1)"
-    dir_format = "config.json with model_type 'gemma' + *.safetensors (save_pretrained)"
     training = replace(RoPEDecoderAdapter.training,
         presets=PRESETS,
         demo_shape=dict(layers=4, width=128, heads=4, kv_heads=1, mlp=344, tied=True),  # the cpu preset's shape

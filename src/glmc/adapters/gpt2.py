@@ -14,14 +14,12 @@ import copy
 import torch
 
 from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, Training, TrainOption, UnsupportedModel
+from glmc.adapters.checkpoints import HFCheckpoint
 from glmc.adapters.common import (
     ELEMENTWISE,
     TokenLM,
     block_hooks,
     check_heads,
-    hf_config,
-    hf_expected_weights,
-    load_pretrained,
     rebuild,
     token_probe,
 )
@@ -71,7 +69,7 @@ class GPT2Adapter(TokenLM, Adapter):
     native_classes = ("GPT2LMHeadModel",)
     model_types = ("gpt2",)
     label = "GPT-2"
-    dir_format = "config.json with model_type 'gpt2' + *.safetensors (save_pretrained)"
+    checkpoint = HFCheckpoint(classes={"gpt2": ("GPT2LMHeadModel",)})
     training = Training(
         presets=PRESETS, model_options=("layers", "width", "heads", "mlp", "dropout", "tied", "activation"),
         # small enough for about a minute per model on 2 CPU cores, large enough to show a clear vanilla barrier
@@ -88,14 +86,6 @@ class GPT2Adapter(TokenLM, Adapter):
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ == "GPT2LMHeadModel"
-
-    @classmethod
-    def claims_dir(cls, path) -> bool:
-        config = hf_config(path)
-        return config is not None and config.get("model_type") == "gpt2"
-
-    def expected_weights(self, path):
-        return hf_expected_weights(path, "GPT2LMHeadModel", self.label)
 
     def check_supported(self, model) -> None:
         c = model.config
@@ -126,11 +116,6 @@ class GPT2Adapter(TokenLM, Adapter):
                          # GPT-2's default ids (50256) may not exist in a small vocabulary
                          bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1)
         return GPT2LMHeadModel(cfg)
-
-    def load(self, path):
-        from transformers import GPT2LMHeadModel
-
-        return load_pretrained(GPT2LMHeadModel, path, self.renames)
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         return token_probe(model.config.vocab_size, model.config.n_positions, n, seq, gen)

@@ -21,6 +21,7 @@ from dataclasses import replace
 import torch
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
+from glmc.adapters.checkpoints import HFCheckpoint
 from glmc.adapters.common import (
     ELEMENTWISE,
     VIT_OPTIONS,
@@ -30,11 +31,7 @@ from glmc.adapters.common import (
     assign_state,
     check_heads,
     check_patch,
-    hf_config,
-    hf_expected_weights,
     image_data_shape,
-    load_pretrained,
-    save_pretrained,
 )
 from glmc.adapters.namemap import (
     CONV_PATCH,
@@ -86,7 +83,7 @@ class HFViTAdapter(ViTTraining, Adapter):
     native_classes = CLASSES
     model_types = ("vit",)
     label = "ViT"
-    dir_format = "config.json with model_type 'vit' + *.safetensors (save_pretrained)"
+    checkpoint = HFCheckpoint(classes={"vit": CLASSES}, by_architecture=True)
     training = replace(VIT_TRAINING,
         presets=VIT_PRESETS,
         model_options=VIT_OPTIONS,
@@ -95,15 +92,6 @@ class HFViTAdapter(ViTTraining, Adapter):
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ in CLASSES and type(model).__module__.startswith("transformers.")
-
-    @classmethod
-    def claims_dir(cls, path) -> bool:
-        config = hf_config(path)
-        return config is not None and config.get("model_type") == "vit"
-
-    def expected_weights(self, path):
-        names = hf_config(path).get("architectures") or ["ViTForImageClassification"]
-        return hf_expected_weights(path, names[0], self.label) if names[0] in CLASSES else None
 
     def check_supported(self, model) -> None:
         c = model.config
@@ -151,17 +139,6 @@ class HFViTAdapter(ViTTraining, Adapter):
                         attention_probs_dropout_prob=dropout,
                         layer_norm_eps=1e-6)  # timm's eps, so HF and timm ViTs convert into each other exactly
         return ViTForImageClassification(cfg)
-
-    def load(self, path):
-        import transformers
-
-        names = hf_config(path).get("architectures") or ["ViTForImageClassification"]
-        if names[0] not in CLASSES:
-            raise UnsupportedModel(f"{path}: HF ViT class {names[0]!r}; glmc loads {' and '.join(CLASSES)}")
-        return load_pretrained(getattr(transformers, names[0]), path, self.renames)
-
-    def save(self, model, directory) -> None:
-        save_pretrained(model, directory)
 
     def data_shape(self, ds) -> dict:
         return image_data_shape(self.family, ds)

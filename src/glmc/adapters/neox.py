@@ -24,14 +24,13 @@ import copy
 import torch
 
 from glmc.adapters.base import LM_OPTIONS, Adapter, Arch, Training, TrainOption, UnsupportedModel
+from glmc.adapters.checkpoints import HFCheckpoint
 from glmc.adapters.common import (
     ELEMENTWISE,
     RotaryLM,
+    TokenLM,
     block_hooks,
     check_heads,
-    hf_config,
-    hf_expected_weights,
-    load_pretrained,
     rebuild,
 )
 from glmc.adapters.namemap import HEAD_COLUMNS, TRANSPOSE, Converter, Entry, Layout, NameMap, layer_norm
@@ -90,7 +89,7 @@ def neox_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu: bool, 
     return {**groups, "qk": qk}
 
 
-class NeoXAdapter(RotaryLM, Adapter):
+class NeoXAdapter(TokenLM, RotaryLM, Adapter):
     family = "neox"
     task = "lm"
     input_key = "input_ids"
@@ -98,7 +97,9 @@ class NeoXAdapter(RotaryLM, Adapter):
     native_classes = (CLASS,)
     model_types = ("gpt_neox",)
     label = "GPT-NeoX (Pythia)"
-    dir_format = "config.json with model_type 'gpt_neox' + *.safetensors (save_pretrained, or Pythia's files)"
+    checkpoint = HFCheckpoint(classes={"gpt_neox": (CLASS,)},
+                              format="config.json with model_type 'gpt_neox' + *.safetensors (save_pretrained, or "
+                                     "Pythia's files)")
     training = Training(
         presets=PRESETS,
         model_options=("layers", "width", "heads", "mlp", "rotary", "parallel", "tied", "activation", "dropout"),
@@ -117,14 +118,6 @@ class NeoXAdapter(RotaryLM, Adapter):
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ == CLASS
-
-    @classmethod
-    def claims_dir(cls, path) -> bool:
-        config = hf_config(path)
-        return config is not None and config.get("model_type") == "gpt_neox"
-
-    def expected_weights(self, path):
-        return hf_expected_weights(path, CLASS, self.label)
 
     def check_supported(self, model) -> None:
         c = model.config
@@ -164,11 +157,6 @@ class NeoXAdapter(RotaryLM, Adapter):
                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                              "partial_rotary_factor": float(rotary)})
         return GPTNeoXForCausalLM(cfg)
-
-    def load(self, path):
-        from transformers import GPTNeoXForCausalLM
-
-        return load_pretrained(GPTNeoXForCausalLM, path, self.renames)
 
     def hook_modules(self, model) -> dict:
         return block_hooks(model.gpt_neox.layers, lambda b: b.attention.dense, lambda b: b.mlp.dense_4h_to_h)

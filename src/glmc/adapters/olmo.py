@@ -51,7 +51,6 @@ class OlmoAdapter(RoPEDecoderAdapter):
     family = "olmo"
     names = NAMES
     label = "OLMo (v1)"
-    dir_format = "config.json with model_type 'olmo' + *.safetensors (save_pretrained)"
     training = replace(RoPEDecoderAdapter.training,
         presets=PRESETS,
         model_options=RoPEDecoderAdapter.training.model_options + ("clip_qkv",),

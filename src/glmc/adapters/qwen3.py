@@ -40,7 +40,6 @@ class Qwen3Adapter(RoPEDecoderAdapter):
     family = "qwen3"
     names = NAMES
     label = "Qwen3"
-    dir_format = "config.json with model_type 'qwen3' + *.safetensors (save_pretrained)"
     training = replace(RoPEDecoderAdapter.training,
         presets=PRESETS,
         demo_shape=dict(layers=4, width=128, heads=4, kv_heads=2, mlp=344, tied=False),  # the cpu preset's shape

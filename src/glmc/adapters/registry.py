@@ -61,13 +61,13 @@ def adapter_for_dir(path) -> Adapter:
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"model directory not found: {path}")
-    claims = [cls for cls in adapters() if cls.claims_dir(p)]
+    claims = [cls for cls in adapters() if cls.checkpoint.claims(p)]
     if len(claims) == 1:
         return claims[0]()
     if claims:
         raise UnsupportedModel(f"{path} holds files of several families ({', '.join(c.family for c in claims)}); "
                                "keep one model per directory")
-    formats = ", ".join(f"{cls.label} ({cls.dir_format})" for cls in adapters())
+    formats = ", ".join(f"{cls.label} ({cls.checkpoint.format})" for cls in adapters())
     files = sorted(f.name for f in p.iterdir())
     if not files:
         raise FileNotFoundError(f"{path} holds no model (it is empty); glmc reads {formats}")

@@ -21,12 +21,12 @@ On disk: glmc/adapters/timm_config.py.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from glmc.adapters.base import Adapter, Arch, UnsupportedModel
+from glmc.adapters.checkpoints import FileCheckpoint
 from glmc.adapters.common import (
     VIT_OPTIONS,
     VIT_PRESETS,
@@ -103,9 +103,8 @@ class TimmViTAdapter(ViTTraining, Adapter):
     native_classes = ("VisionTransformer",)
     model_types = ()
     label = "timm ViT"
-    dir_format = f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)"
-    config_file = TIMM_CONFIG
-    config_format = "timm"
+    checkpoint = FileCheckpoint(config_file=TIMM_CONFIG, config_format="timm", reader=load_timm, writer=save_timm,
+                                format=f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)")
     training = replace(VIT_TRAINING,
         presets=VIT_PRESETS,
         model_options=VIT_OPTIONS + ("pool",),
@@ -117,10 +116,6 @@ class TimmViTAdapter(ViTTraining, Adapter):
     @staticmethod
     def matches(model) -> bool:
         return type(model).__name__ == "VisionTransformer" and type(model).__module__.startswith("timm.")
-
-    @classmethod
-    def claims_dir(cls, path) -> bool:
-        return (Path(path) / TIMM_CONFIG).is_file()
 
     def check_supported(self, model) -> None:
         from timm.layers import Attention, LayerScale, Mlp, PatchEmbed
@@ -215,12 +210,6 @@ class TimmViTAdapter(ViTTraining, Adapter):
         if model.blocks[0].mlp.fc1.out_features != mlp:
             raise ValueError(f"timm cannot express MLP width {mlp} with embed_dim {width} (mlp_ratio rounding)")
         return model
-
-    def load(self, path):
-        return load_timm(path)
-
-    def save(self, model, directory) -> None:
-        save_timm(model, directory)
 
     def data_shape(self, ds) -> dict:
         return image_data_shape(self.family, ds)

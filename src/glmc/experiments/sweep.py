@@ -257,7 +257,7 @@ def check_grid(cells: list[Cell], data=None) -> None:
     keys, loaded = {}, {}
     for path in paths:
         check_files(path)
-        config = Path(path) / adapter_for_dir(path).config_file
+        config = Path(path) / adapter_for_dir(path).checkpoint.config_file
         key = (hashlib.sha256(config.read_bytes()).hexdigest(), json.dumps(tokenizer_fingerprint(path)))
         keys[path] = key
         if key not in loaded:

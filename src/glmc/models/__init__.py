@@ -51,7 +51,7 @@ def write_model_files(model, directory: Path, record=None, tokenizer=None, max_s
     `max_shard_size` (bytes, or "500MB", "5GB"; None: DEFAULT_MAX_SHARD_SIZE) as shards with an index."""
     token = MAX_SHARD_SIZE.set(max_shard_size) if max_shard_size is not None else None
     try:
-        adapter_for(model, check=False).save(model, Path(directory))
+        adapter_for(model, check=False).checkpoint.save(model, Path(directory))
     finally:
         if token is not None:
             MAX_SHARD_SIZE.reset(token)
@@ -65,7 +65,7 @@ def load_model(path):
     """(model in eval mode, glmc.json record or None) from a model directory; see the module docstring."""
     adapter = adapter_for_dir(path)
     record = read_record(path)
-    return adapter.load(Path(path)).eval(), record
+    return adapter.checkpoint.load(Path(path)).eval(), record
 
 
 def read_record(path):

@@ -59,8 +59,8 @@ def load_checked(path):
 
 
 def config_files() -> dict[str, str]:
-    """{config file name: whose format it is} of every registered family (Adapter.config_file, config_format)."""
-    return {cls.config_file: cls.config_format for cls in adapters()}
+    """{config file name: whose format it is} of every registered family (Adapter.checkpoint)."""
+    return {cls.checkpoint.config_file: cls.checkpoint.config_format for cls in adapters()}
 
 
 def check_files(path) -> None:
@@ -119,22 +119,23 @@ def read_headers(files) -> dict:
 def _check_weights(p: Path, header: dict) -> None:
     """The directory is claimed by exactly one family, and its weights are the ones that family's config implies."""
     adapter = adapter_for_dir(p)  # UnsupportedModel naming what the directory holds and what glmc reads
-    expected = adapter.expected_weights(p)
+    expected = adapter.checkpoint.expected_weights(p, adapter.label)
     if expected is None:
         return  # the family's loader checks its weights strictly
-    header = {renamed(k, adapter.renames): v for k, v in header.items()}
+    config = adapter.checkpoint.config_file
+    header = {renamed(k, adapter.checkpoint.renames): v for k, v in header.items()}
     prefix = expected.pop(None)
     for name, shape in expected.items():
         key = name if name in header else name.removeprefix(prefix + ".")
         if key not in header:
-            raise BadCheckpoint(f"{p} lacks weight {name!r} that {adapter.config_file} implies (transformers would "
+            raise BadCheckpoint(f"{p} lacks weight {name!r} that {config} implies (transformers would "
                                 f"initialise it at random): the checkpoint is incomplete; {RESAVE}")
         dtype, have, file = header[key]
         if dtype not in FLOAT_DTYPES:
             raise BadCheckpoint(f"{p / file}: weight {key!r} is stored as {dtype}; glmc needs floating-point weights "
                                 f"({', '.join(FLOAT_DTYPES)}): save the model with float weights")
         if have != shape:
-            raise BadCheckpoint(f"{p / file}: weight {key!r} has shape {list(have)} but {adapter.config_file} "
+            raise BadCheckpoint(f"{p / file}: weight {key!r} has shape {list(have)} but {config} "
                                 f"implies {list(shape)}: the weights and the config do not belong together")
 
 

@@ -52,7 +52,6 @@ class MinistralAdapter(RoPEDecoderAdapter):
     family = "ministral"
     label = "Ministral"
     names = decoder_names()
-    dir_format = "config.json with model_type 'ministral' + *.safetensors (save_pretrained)"
     classes = {"ministral": "MinistralForCausalLM"}
     training = replace(RoPEDecoderAdapter.training,  # Llama's presets and options; its own demo and help
                        demo_shape=dict(layers=2, width=64, heads=4, kv_heads=2, mlp=172, tied=False),
