@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from glmc.adapters import adapter_for
+from glmc.adapters import adapter_for, batch_of
 from glmc.symmetry.random import exact_classes, random_class_element, random_full_transform
 from glmc.tasks import task as get_task
 from glmc.view.model_ops import canonical_model, logits, refuse_unsupported, transform_model, widen_model
@@ -54,7 +54,7 @@ def side_outputs(model, inputs: torch.Tensor) -> dict:
     """float32 outputs besides the logits that the model's adapter says a symmetry must keep (Adapter.side_outputs)."""
     adapter = adapter_for(model, check=False)
     device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in adapter.batch_of(inputs).items()}
+    batch = {k: v.to(device) for k, v in batch_of(adapter, inputs).items()}
     return {k: v.float() for k, v in adapter.side_outputs(model, batch).items()}
 
 

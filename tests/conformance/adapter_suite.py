@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from glmc.adapters import UnsupportedModel, adapter_for
+from glmc.adapters import UnsupportedModel, adapter_for, batch_of, canonical_shapes, forward
 from glmc.invariance import probe_inputs, verify_model
 from glmc.matching.alternation import weight_matching
 from glmc.matching.common import residual_keys, view_distance
@@ -141,7 +141,7 @@ class AdapterConformance:
         classes = logits(model, x).shape[-1]
         task = get_task(arch.task)
         target = torch.randint(0, classes, x.shape[:2] if task.per_position else x.shape[:1], generator=gen)
-        return {**adapter.batch_of(x), task.target_key: target}
+        return {**batch_of(adapter, x), task.target_key: target}
 
     # --- once per family ------------------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ class AdapterConformance:
     def test_canonical_shapes_read_no_weight(self, config):
         model, adapter, _ = self.parts(config)
         view = adapter.to_canonical(model)
-        assert adapter.canonical_shapes(model) == {k: tuple(v.shape) for k, v in view.items()}
+        assert canonical_shapes(adapter, model) == {k: tuple(v.shape) for k, v in view.items()}
 
     def test_every_class_alone_and_composed_keeps_logits(self, config):
         model, _, arch = self.parts(config, seed=1)
@@ -340,7 +340,7 @@ class AdapterConformance:
             return
         x = probe_inputs(model)
         with torch.no_grad():
-            assert float((logits(model, x) - circuit(**adapter.batch_of(x))).abs().max()) <= TOL
+            assert float((logits(model, x) - circuit(**batch_of(adapter, x))).abs().max()) <= TOL
 
     def test_paper_circuit_matching_recovers_a_planted_symmetry(self, config):
         """--mode circuit without data runs the paper's alternation (glmc/matching/paper.py): from B = π(A) it must
@@ -432,7 +432,7 @@ class AdapterConformance:
         acts = {}
         canon = adapter.from_canonical(view_a, model)
         hooks = _record(adapter, canon, acts)
-        adapter.forward(canon, next(data.batches("train")))
+        forward(canon, next(data.batches("train")))
         for h in hooks:
             h.remove()
         for k in va:
@@ -550,7 +550,7 @@ class AdapterConformance:
         a, adapter, arch = self.parts(config)
         b = self.make(config, seed=1)
         view = adapter.to_canonical(a)
-        for grouping, by_part in groupings(view, getattr(adapter, "part_roles", None)).items():
+        for grouping, by_part in groupings(view, arch.part_roles).items():
             keys = [k for ks in by_part.values() for k in ks]
             assert sorted(keys) == sorted(view), f"{grouping}: a key in no part or in two"
         x = probe_inputs(a, n=2, seq=8)
@@ -558,7 +558,7 @@ class AdapterConformance:
         classes = logits(a, x).shape[-1]
         task = get_task(arch.task)  # the target key and shape come from the task registry
         target = torch.randint(0, classes, x.shape[:2] if task.per_position else x.shape[:1], generator=gen)
-        batch = {**adapter.batch_of(x), task.target_key: target}
+        batch = {**batch_of(adapter, x), task.target_key: target}
         d = decompose_path(a, b, [batch], arch.task, [0.0, 0.5, 1.0], by=("cells",))
         assert not d["uncovered_keys"] and d["all_parts_max_abs_diff"] == 0.0, d["all_parts_max_abs_diff"]
         assert sum(p["parameters"] for p in d["parts"]["cells"].values()) == sum(v.numel() for v in view.values())

@@ -161,5 +161,5 @@ def test_the_preset_clips_and_none_turns_it_off():
     assert p["clip_qkv"] == 8.0
     for given, want in (("none", None), ("2.5", 2.5)):
         q = dict(p, clip_qkv=given)
-        adapter.training_data(q, {"clip_qkv"}, print)
+        adapter.training.data_spec(q, {"clip_qkv"}, print)
         assert q["clip_qkv"] == want

@@ -18,7 +18,8 @@ def test_aligned_and_merged_encoders_load_as_masked_lms_and_fill_masks(mlm_text_
 
     for seed in (0, 1):
         torch.manual_seed(seed)
-        model = adapter_named("bert").build(**adapter_named("bert").data_shape(ds), layers=1, width=16, heads=2, mlp=24)
+        bert = adapter_named("bert")
+        model = bert.build(**bert.training.data_shape(ds), layers=1, width=16, heads=2, mlp=24)
         save_model(model, tmp_path / f"m{seed}", record={"family": "bert", "data": ds.spec}, tokenizer=ds.tokenizer)
     run_cli("align", tmp_path / "m0", tmp_path / "m1", "--out", tmp_path / "aligned", "--no-progress")
     run_cli("merge", tmp_path / "m0", tmp_path / "m1", "--out", tmp_path / "merged", "--no-progress")
@@ -41,7 +42,8 @@ def test_a_text_source_on_the_command_line_is_read_as_the_encoders_blocks(mlm_te
 
     ds = glmc.data.load({"task": "mlm", "source": f"text:{mlm_text_file}", "tokenizer": "wordpiece:120", "context": 24})
     torch.manual_seed(0)
-    model = adapter_named("bert").build(**adapter_named("bert").data_shape(ds), layers=1, width=16, heads=2, mlp=24)
+    bert = adapter_named("bert")
+    model = bert.build(**bert.training.data_shape(ds), layers=1, width=16, heads=2, mlp=24)
     save_model(model, tmp_path / "m", tokenizer=ds.tokenizer)
     out = run_cli("barrier", tmp_path / "m", tmp_path / "m", "--data", f"text:{mlm_text_file}", "--points", 2,
                   "--json", tmp_path / "b.json", "--no-progress")

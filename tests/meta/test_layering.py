@@ -85,9 +85,10 @@ def _forbidden_names() -> dict[str, str]:
                                                             else e.canonical)))
     out = {}
     for cls in ADAPTERS:
-        assert cls.names is not None and cls.native_classes, f"{cls.family}: declare names and native_classes"
+        classes = cls.checkpoint.native_classes
+        assert cls.names is not None and classes, f"{cls.family}: declare names and the checkpoint's classes"
         native = set().union(*(words(e.native) for e in cls.names.entries))
-        for w in native | set(cls.native_classes) | set(cls.model_types):
+        for w in native | set(classes) | set(cls.checkpoint.model_types):
             if w not in canonical and w not in GENERIC and w not in FAMILIES:
                 out.setdefault(w, cls.family)
     return out

@@ -9,6 +9,7 @@ import torch
 from factories import SHAPES  # one small shape per registered family
 from glmc.adapters import FAMILIES, UnsupportedModel, adapter_for, adapter_for_dir, adapter_named, forward
 from glmc.models import build_model, load_model, save_model
+from glmc.tasks import task
 
 
 def test_every_family_is_named_and_claims_only_its_own_directories(tmp_path):
@@ -49,7 +50,8 @@ def test_forward_maps_a_data_batch_to_each_native_call():
         model = build_model(family, **shape).eval()
         adapter = adapter_for(model)
         x = adapter.probe_inputs(model, n=3, seq=5, gen=gen)
-        batch = {adapter.input_key: x, ("targets" if adapter.task == "lm" else "labels"): torch.zeros(3).long()}
+        record = task(adapter.task)
+        batch = {record.input_key: x, record.target_key: torch.zeros(3).long()}
         out = forward(model, batch)
         classes = shape.get("num_classes", shape.get("vocab_size"))
         assert out.shape == ((3, 5, classes) if adapter.task in ("lm", "mlm") else (3, classes))

@@ -6,6 +6,7 @@ import torch
 
 from factories import bert, roberta
 from glmc.adapters import UnsupportedModel, adapter_for
+from glmc.adapters.bert import max_tokens
 from glmc.invariance import probe_inputs
 from glmc.symmetry.declarations import NormSpec, residual_bound
 from glmc.symmetry.elements import LinearMap
@@ -159,8 +160,8 @@ def test_an_encoder_trains_on_its_blocks_and_reports_the_masked_loss(mlm_text_fi
                              "style": family})
         adapter = adapter_named(family)
         torch.manual_seed(0)
-        model = adapter.build(**adapter.data_shape(ds), layers=1, width=16, heads=2, mlp=24)
-        assert adapter.max_tokens(model) == 24  # RoBERTa: two more positions, up to and at the padding index
+        model = adapter.build(**adapter.training.data_shape(ds), layers=1, width=16, heads=2, mlp=24)
+        assert max_tokens(model) == 24  # RoBERTa: two more positions, up to and at the padding index
         result = evaluate(model, ds.batches("test", 4))
         picked = sum(int((b["masked_targets"] != -100).sum()) for b in ds.batches("test", 4))
         assert result["n"] == picked and 3.0 < result["loss"] < 8.0

@@ -21,6 +21,7 @@ class that would have to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -29,6 +30,7 @@ from glmc.adapters.namemap import Layout, NameMap
 from glmc.errors import UnsupportedModel  # noqa: F401  (re-exported as glmc.adapters.UnsupportedModel)
 from glmc.symmetry.declarations import check_block, residual_bound, residual_norm_actions, standard_norms
 from glmc.symmetry.spec import transformer_groups
+from glmc.tasks import task
 
 
 @dataclass(kw_only=True)
@@ -62,6 +64,9 @@ class Arch:
     # the native weight-matching alternation `glmc align` uses by default for this family ("glmc" or "paper";
     # glmc/matching/weight.py ALGORITHMS), chosen per family on the validation split of the tuning pairs
     weight_matching: str = "glmc"
+    # canonical key template -> role in the barrier decomposition, for keys of the family's own that
+    # glmc/symmetry/parts.py's declarations and rules would misplace ({}: those suffice)
+    part_roles: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
 
@@ -122,6 +127,23 @@ def _char_shakespeare(context: int) -> dict:
     return {"source": "shakespeare", "tokenizer": "char", "context": context}
 
 
+def text_spec(p: dict, given: set, log) -> dict:
+    """A `glmc train` run's data spec on text: the source, tokenizer and context the settings name."""
+    return {"source": p["data"], "tokenizer": p["tokenizer"], "context": p["context"]}
+
+
+def plain_reading(model, source: str, tokenizer_dir) -> None:
+    """A model reads a text source given on the command line under the plain spec (glmc.data.parse_spec)."""
+    return None
+
+
+def text_shape(ds) -> dict:
+    """The build() sizes a text data set decides for a language model: vocabulary and context."""
+    if ds.task != "lm":
+        raise ValueError(f"a language model needs text data, got {ds.spec['source']}")
+    return {"vocab_size": ds.vocab_size, "context": ds.context}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Training:
     """What `glmc train` and `glmc demo` need of a family, declared apart from the symmetry machinery (an adapter
@@ -134,6 +156,15 @@ class Training:
         user chooses (data_shape() gives the rest).
     demo_shape, demo_label: `glmc demo --family <family>`'s build() options of the two models it trains and what
         to call them (empty: no demo); demo_data(context): the data spec it trains on.
+    data_spec(p, given, log): the glmc.data spec a `glmc train` run reads, from the merged settings `p` (preset +
+        options), which it may complete or refuse (raise BadOption); `given`: the names the user set; `log(msg)`
+        tells the user. data_shape(ds): the build() sizes a data set decides (vocabulary, context, image size,
+        classes). reading(model, source, tokenizer_dir): the data spec under which a model reads a text source given
+        on the command line (--data) when that is not the plain one (an encoder's masked-LM blocks, with the
+        tokenizer saved in `tokenizer_dir`); None: the plain spec.
+    head_loss: the logits are exactly the output embedding's linear map of the final hidden states (no scaling or
+        soft-capping after it), so a training or evaluation loss may be taken from the hidden states in chunks
+        (glmc/models/head_loss.py; glmc.adapters.output_head finds the module).
     """
 
     command: str = ""
@@ -146,44 +177,34 @@ class Training:
     demo_shape: dict = field(default_factory=dict)
     demo_label: str = ""
     demo_data: object = _char_shakespeare
+    head_loss: bool = False
+    data_spec: Callable[[dict, set, Callable], dict] = text_spec
+    data_shape: Callable[[object], dict] = text_shape
+    reading: Callable[..., dict | None] = plain_reading
 
 
 class Adapter:
-    """Everything glmc knows about one model family: the canonical view and back (through one declarative
-    name map, `names`), building, loading and saving, the forward call on a glmc.data batch, probe inputs,
-    activation hook points, the circuit form's I/O, training presets and the sizes the data decides."""
+    """Everything glmc knows about one model family, in 21 members (tests/meta/test_adapter_contract.py keeps it
+    narrow): which models it serves and refuses (`matches`, `check_supported`), the symmetry machinery's view of
+    them (`arch`, and the canonical view and back through one declarative name map, `names`), building one, its
+    native call on a glmc.data batch and probe inputs, activation hook points, the circuit form's I/O; and two
+    declared parts for the rest: `checkpoint` (its directories: glmc/adapters/checkpoints.py) and `training` (what
+    `glmc train` and `glmc demo` need: Training above). Shared behaviour comes from parts mixed in beside this base
+    (TokenLM, RotaryLM) and at most two levels of subclasses (RoPEDecoderAdapter and its families); what every
+    family does alike is a function of the adapter (logits, batch_of, untied, canonical_shapes below)."""
 
     family: str = ""
-    task: str = ""  # "lm" | "cls"
-    input_key: str = ""  # the glmc.data batch key the model reads ("input_ids" | "pixel_values")
+    task: str = ""  # a glmc.tasks name ("lm", "cls", "mlm"): the record names the batch keys the model reads
     names: NameMap | None = None  # native ⇄ canonical, read both ways by to_canonical and native_state
-    # the native model classes and config model_type values this adapter serves (or refuses by name); with the
-    # native names in `names`, no module outside adapters/ may name them (tests/meta/test_layering.py)
-    native_classes: tuple[str, ...] = ()
-    model_types: tuple[str, ...] = ()
     label: str = ""  # the family's name for people ("GPT-2"), for error messages
     # its checkpoint directories: which it claims, what they hold, how they are read and written
     # (glmc/adapters/checkpoints.py: HFCheckpoint, FileCheckpoint)
     checkpoint = None
     training: Training = Training()  # what glmc train and glmc demo need (not the symmetry machinery)
-    # canonical key template -> role in the barrier decomposition, for keys of the family's own that
-    # glmc/symmetry/parts.py's declarations and rules would misplace ({} : those suffice)
-    part_roles: dict[str, str] = {}
 
     @staticmethod
     def matches(model) -> bool:
         raise NotImplementedError
-
-    def training_data(self, p: dict, given: set, log) -> dict:
-        """The glmc.data spec a `glmc train` run reads, from the merged settings `p` (preset + options), which it
-        may complete or refuse (raise BadOption); `given`: the names the user set; `log(msg)` tells the user."""
-        return {"source": p["data"], "tokenizer": p["tokenizer"], "context": p["context"]}
-
-    def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
-        """The data spec under which `model` reads the text source `source` given on the command line (--data), when
-        that is not the plain one (glmc.data.parse_spec): an encoder's masked-LM blocks, with the tokenizer saved
-        in `tokenizer_dir`. None: the plain spec."""
-        return None
 
     def check_supported(self, model) -> None:
         """Raise UnsupportedModel naming the feature glmc cannot transform exactly."""
@@ -201,12 +222,6 @@ class Adapter:
         """The model's canonical view, sharing no memory with it (`copy`, `after`: NameMap.to_canonical)."""
         self.check_supported(model)
         return self.names.to_canonical(model.state_dict(), self.layout(model), copy, after)
-
-    def canonical_shapes(self, model) -> dict[str, tuple]:
-        """The shape of every tensor of the canonical view, without reading a weight (meta tensors)."""
-        self.check_supported(model)
-        state = {k: v.to("meta") for k, v in model.state_dict().items()}
-        return {k: tuple(v.shape) for k, v in self.names.to_canonical(state, self.layout(model), lambda t: t).items()}
 
     def native_state(self, view: dict[str, torch.Tensor], model, consume: bool = False) -> dict[str, torch.Tensor]:
         """The native parameters (name → tensor) that hold `view` in a model shaped like `model`; built from
@@ -237,34 +252,13 @@ class Adapter:
         """The invariant output (logits) of a native forward result."""
         return out.logits if hasattr(out, "logits") else out
 
-    def forward(self, model, batch: dict, params: dict | None = None) -> torch.Tensor:
-        """Logits for a glmc.data batch; with `params`, those tensors replace the model's own (through
-        torch.func.functional_call, so the model is not modified and gradients reach `params`)."""
-        args, kwargs = self.native_inputs(model, batch)
-        out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
-        return self.output_logits(model, out)
-
     def side_outputs(self, model, batch: dict) -> dict[str, torch.Tensor]:
         """Outputs besides the logits that a symmetry must also keep (BertForPreTraining's next-sentence logits):
         `glmc verify` compares them too. Empty for most models."""
         return {}
 
-    def output_head(self, model) -> str | None:
-        """The name of the linear module that turns the final hidden states into the logits, where a training loss
-        may be computed from the hidden states (glmc/models/head_loss.py); None: from the logits only. Only for
-        models whose logits are exactly that module's output (no scaling or soft-capping after it)."""
-        return None
-
-    def batch_of(self, inputs: torch.Tensor) -> dict:
-        """A batch holding only the model input (what probe_inputs returns)."""
-        return {self.input_key: inputs}
-
     def probe_inputs(self, model, n: int = 2, seq: int = 32, gen: torch.Generator | None = None) -> torch.Tensor:
         """Random CPU inputs the model accepts (token ids or pixels), for function-preservation checks."""
-        raise NotImplementedError
-
-    def data_shape(self, ds) -> dict:
-        """The build() sizes a glmc.data data set decides (vocabulary, context, image size, classes)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------ alignment
@@ -285,7 +279,29 @@ class Adapter:
         """Whether the output head shares its weights with the token embedding."""
         return False
 
-    def untie(self, model):
-        """The same function with an untied head (needed to interpolate a tied with an untied model)."""
-        return model
 
+def canonical_shapes(adapter: Adapter, model) -> dict[str, tuple]:
+    """The shape of every tensor of the model's canonical view, without reading a weight (meta tensors)."""
+    adapter.check_supported(model)
+    state = {k: v.to("meta") for k, v in model.state_dict().items()}
+    return {k: tuple(v.shape) for k, v in adapter.names.to_canonical(state, adapter.layout(model), lambda t: t).items()}
+
+
+def untied(adapter: Adapter, model):
+    """The same function with an untied head (needed to interpolate a tied with an untied model): rebuilt from the
+    canonical view when the adapter says the head is tied (Adapter.is_tied), else the model itself."""
+    return adapter.from_canonical(adapter.to_canonical(model), model, tie=False) if adapter.is_tied(model) else model
+
+
+def batch_of(adapter: Adapter, inputs: torch.Tensor) -> dict:
+    """A batch holding only the model input (what Adapter.probe_inputs returns), under its task's input key."""
+    return {task(adapter.task).input_key: inputs}
+
+
+def logits(adapter: Adapter, model, batch: dict, params: dict | None = None) -> torch.Tensor:
+    """The model's logits for a glmc.data batch (Adapter.native_inputs, Adapter.output_logits); with `params`, those
+    tensors replace the model's own (through torch.func.functional_call, so the model is not modified and gradients
+    reach `params`)."""
+    args, kwargs = adapter.native_inputs(model, batch)
+    out = model(*args, **kwargs) if params is None else torch.func.functional_call(model, params, args, kwargs)
+    return adapter.output_logits(model, out)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -52,6 +53,7 @@ from glmc.adapters.namemap import HEAD_COLUMNS, HEAD_ROWS, HEAD_VECTOR, TRANSPOS
 from glmc.data import task_of
 from glmc.symmetry.declarations import NormSpec
 from glmc.symmetry.spec import GroupSpec, transformer_groups
+from glmc.tasks import task
 
 # model_type -> (the MLM class, every class served)
 CLASSES = {"bert": ("BertForMaskedLM", "BertForPreTraining"), "roberta": ("RobertaForMaskedLM",)}
@@ -130,17 +132,52 @@ def encoder_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu: boo
     return groups
 
 
+def max_tokens(model) -> int:
+    """Tokens one block may hold, special tokens included (RoBERTa's positions start past its padding index)."""
+    c = model.config
+    return c.max_position_embeddings - (c.pad_token_id + 1 if c.model_type == "roberta" else 0)
+
+
+def mlm_data_spec(p: dict, given: set, log, *, style: str) -> dict:
+    """`glmc train bert|roberta`'s data spec: masked-LM blocks with a tokenizer trained on the corpus (WordPiece for
+    BERT, byte-level BPE for RoBERTa) unless --tokenizer pretrained:DIR names one."""
+    tokenizer = p.pop("tokenizer", None) or f"{'wordpiece' if style == 'bert' else 'bpe'}:{p['vocab']}"
+    return {"task": "mlm", "source": p["data"], "tokenizer": tokenizer, "context": p["context"], "style": style}
+
+
+def mlm_reading(model, source: str, tokenizer_dir, *, style: str) -> dict | None:
+    """A text source read as masked-LM blocks of the model's length, with the tokenizer saved beside it."""
+    try:
+        if task_of(source) != "lm":
+            return None  # not text (an image set): refused later by name
+    except ValueError:
+        return None  # an unknown source: refused later by name
+    if not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+        raise ValueError(f"{tokenizer_dir} holds no tokenizer.json; a masked LM reads text with its own tokenizer "
+                         "(--tokenizer DIR)")
+    return {"task": "mlm", "source": source, "tokenizer": f"pretrained:{Path(tokenizer_dir).resolve()}",
+            "context": max_tokens(model), "style": style}
+
+
+def mlm_shape(ds, *, extra_positions: int = 0) -> dict:
+    """The build() sizes masked-LM data decides; `extra_positions`: positions below the first token's (RoBERTa's
+    padding index and the one before it)."""
+    if ds.task != "mlm":
+        raise ValueError(f"a masked language model needs masked-LM data, got {ds.spec['source']} ({ds.task})")
+    return {"vocab_size": ds.vocab_size, "context": ds.context + extra_positions, "pad_token_id": ds.pad_id}
+
+
 class BertAdapter(Adapter):
     family = "bert"
     model_type = "bert"
     task = "mlm"
-    input_key = "input_ids"
     names = NAMES
-    native_classes = CLASSES["bert"] + tuple(n for n in REFUSED if n.startswith("Bert"))
-    model_types = ("bert",)
     label = "BERT (BertForMaskedLM, BertForPreTraining)"
     checkpoint = HFCheckpoint(classes={"bert": CLASSES["bert"]}, by_architecture=True, refused=REFUSED)
     training = Training(
+        data_spec=partial(mlm_data_spec, style="bert"),
+        reading=partial(mlm_reading, style="bert"),
+        data_shape=mlm_shape,
         presets=PRESETS,
         model_options=("layers", "width", "heads", "mlp", "dropout", "tied", "activation"),
         demo_shape=dict(layers=2, width=64, heads=4, mlp=256, dropout=0.0, tied=True, activation="gelu"),
@@ -247,13 +284,10 @@ class BertAdapter(Adapter):
         return rebuild(model, config, self.native_state(view, model, consume), view, type(model).__name__,
                        same=same, was_tied=self.is_tied(model), tie=tie, head=(decoder + "weight", decoder + "bias"))
 
-    def untie(self, model):
-        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
-
     # --- running -------------------------------------------------------------------------------------------------
 
     def native_inputs(self, model, batch):
-        kwargs = {"input_ids": batch[self.input_key]}
+        kwargs = {"input_ids": batch[task(self.task).input_key]}
         for key in ("attention_mask", "token_type_ids"):
             if key in batch:
                 kwargs[key] = batch[key]
@@ -268,38 +302,9 @@ class BertAdapter(Adapter):
         args, kwargs = self.native_inputs(model, batch)
         return {"nsp": model(*args, **kwargs).seq_relationship_logits}
 
-    def max_tokens(self, model) -> int:
-        """Tokens one block may hold, special tokens included."""
-        return model.config.max_position_embeddings
-
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         gen = gen or torch.Generator().manual_seed(0)
-        return torch.randint(0, model.config.vocab_size, (n, min(seq, self.max_tokens(model))), generator=gen)
-
-    def data_shape(self, ds) -> dict:
-        if ds.task != "mlm":
-            raise ValueError(f"{self.family} needs masked-LM data, got {ds.spec['source']} ({ds.task})")
-        return {"vocab_size": ds.vocab_size, "context": ds.context + (2 if self.model_type == "roberta" else 0),
-                "pad_token_id": ds.pad_id}
-
-    def text_data(self, model, source: str, tokenizer_dir) -> dict | None:
-        """A text source read as masked-LM blocks of the model's length, with the tokenizer saved beside it."""
-
-        try:
-            if task_of(source) != "lm":
-                return None  # not text (an image set): refused later by name
-        except ValueError:
-            return None  # an unknown source: refused later by name
-        if not (Path(tokenizer_dir) / "tokenizer.json").is_file():
-            raise ValueError(f"{tokenizer_dir} holds no tokenizer.json; a masked LM reads text with its own tokenizer "
-                             "(--tokenizer DIR)")
-        return {"task": "mlm", "source": source, "tokenizer": f"pretrained:{Path(tokenizer_dir).resolve()}",
-                "context": self.max_tokens(model), "style": self.model_type}
-
-    def training_data(self, p: dict, given: set, log) -> dict:
-        tokenizer = p.pop("tokenizer", None) or f"{'wordpiece' if self.model_type == 'bert' else 'bpe'}:{p['vocab']}"
-        return {"task": "mlm", "source": p["data"], "tokenizer": tokenizer, "context": p["context"],
-                "style": self.model_type}
+        return torch.randint(0, model.config.vocab_size, (n, min(seq, max_tokens(model))), generator=gen)
 
     # --- alignment -----------------------------------------------------------------------------------------------
 
@@ -315,11 +320,12 @@ class BertAdapter(Adapter):
 class RobertaAdapter(BertAdapter):
     family = "roberta"
     model_type = "roberta"
-    native_classes = CLASSES["roberta"] + tuple(n for n in REFUSED if n.startswith("Roberta"))
-    model_types = ("roberta",)
     label = "RoBERTa (RobertaForMaskedLM)"
     checkpoint = HFCheckpoint(classes={"roberta": CLASSES["roberta"]}, by_architecture=True, refused=REFUSED)
     training = replace(BertAdapter.training,
+        data_spec=partial(mlm_data_spec, style="roberta"),
+        reading=partial(mlm_reading, style="roberta"),
+        data_shape=partial(mlm_shape, extra_positions=2),
         demo_shape={},
         help=("A post-LN RoBERTa encoder (RobertaForMaskedLM) on the masked-LM task: <s> … </s> blocks, position "
               "ids past the padding index, its own byte-level BPE trained on the corpus. Preset: cpu (as bert's)."))
@@ -341,12 +347,9 @@ class RobertaAdapter(BertAdapter):
             raise UnsupportedModel("RoBERTa has no pre-training class with a pooler; build the masked-LM model")
         return super().build(vocab_size, context, layers, width, heads, mlp, dropout, tied, activation, pad_token_id)
 
-    def max_tokens(self, model) -> int:
-        return model.config.max_position_embeddings - model.config.pad_token_id - 1
-
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         gen = gen or torch.Generator().manual_seed(0)
         # no padding token in a probe (it would take the padding position); ids above it
         pad = model.config.pad_token_id
-        ids = torch.randint(0, model.config.vocab_size - 1, (n, min(seq, self.max_tokens(model))), generator=gen)
+        ids = torch.randint(0, model.config.vocab_size - 1, (n, min(seq, max_tokens(model))), generator=gen)
         return ids + (ids >= pad).long()

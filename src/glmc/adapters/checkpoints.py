@@ -39,6 +39,16 @@ class HFCheckpoint:
             held = f"config.json with model_type {types} + *.safetensors (save_pretrained)"
             object.__setattr__(self, "format", held)
 
+    @property
+    def native_classes(self) -> tuple[str, ...]:
+        """The model classes served or refused by name: with the native names of Adapter.names, no module outside
+        adapters/ may name them (tests/meta/test_layering.py)."""
+        return tuple(dict.fromkeys([c for served in self.classes.values() for c in served] + list(self.refused)))
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        return tuple(self.classes)
+
     def claims(self, path: Path) -> bool:
         """Whether the checkpoint directory `path` holds a model of this format."""
         config = hf_config(path)
@@ -83,7 +93,9 @@ class FileCheckpoint:
     format: str
     reader: object  # path -> model
     writer: object  # (model, directory) -> None
+    native_classes: tuple[str, ...] = ()  # the model classes read (as HFCheckpoint.native_classes)
     renames: dict[str, str] = field(default_factory=dict)
+    model_types: tuple[str, ...] = ()
 
     def claims(self, path: Path) -> bool:
         return (Path(path) / self.config_file).is_file()

@@ -17,6 +17,7 @@ import glmc.data
 from glmc.adapters.base import Training, TrainOption
 from glmc.adapters.files import note_pickled, read_pickled, weight_files
 from glmc.errors import BadCheckpoint, BadOption, UnsupportedModel
+from glmc.tasks import task
 
 ELEMENTWISE = {"gelu_new", "gelu", "relu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish", "tanh",
                "sigmoid", "gelu_accurate", "mish"}
@@ -32,8 +33,15 @@ VIT_PRESETS = {
 VIT_OPTIONS = ("layers", "width", "heads", "mlp", "dropout", "activation", "patch")
 
 
+def image_data_shape(ds) -> dict:
+    """The sizes an image data set decides for a ViT: image size, channels, classes."""
+    if ds.task != "cls":
+        raise ValueError(f"a ViT needs image data, got {ds.spec['source']}")
+    return {"image_size": ds.image_size, "channels": ds.channels, "num_classes": ds.num_classes}
+
+
 # `glmc train vit [--family hf|timm]`: the options and data of both ViT adapters (each adds its presets, model
-# options and variant)
+# options, variant and data spec)
 VIT_TRAINING = Training(
     command="vit",
     help=("ViT on images: HF ViTForImageClassification (--family hf) or timm VisionTransformer (--family timm). "
@@ -44,27 +52,22 @@ VIT_TRAINING = Training(
              TrainOption("augment", "choice", "[crop-flip for CIFAR, else none]", ("none", "crop-flip")),
              TrainOption("activation", "choice", "", ("gelu", "relu"), default="gelu"),
              TrainOption("pool", "choice", "What the head reads: the class token, or the mean of the patch tokens "
-                         "(timm only) [cls].", ("cls", "avg"))))
+                         "(timm only) [cls].", ("cls", "avg"))),
+    data_shape=image_data_shape)
 
 
-class ViTTraining:
-    """What both ViT adapters do for `glmc train vit` (mixed in before Adapter): pooling and the data spec."""
-
-    def pooling(self, pool: str | None):
-        """The build() pool value for --pool (None: the preset's)."""
-        if pool == "avg":
-            raise BadOption(f"--family {self.training.variant} pools the class token only; use --family timm for "
-                            "average pooling")
-        return None
-
-    def training_data(self, p: dict, given: set, log) -> dict:
-        pool = self.pooling(p.pop("pool", None))
-        if pool is not None:
-            p["pool"] = pool
-        spec = {"source": p["data"], **({"augment": p["augment"]} if p.get("augment") else {})}
-        if "patch" not in given:
-            p["patch"] = fitting_patch(spec, p["patch"], log)
-        return spec
+def vit_data_spec(p: dict, given: set, log, *, variant: str, pools: dict) -> dict:
+    """`glmc train vit`'s data spec: `pools` maps --pool to the build() pool value of this variant (None: its
+    default); a patch the user did not choose is fitted to the image size."""
+    pool = p.pop("pool", None)
+    if pool and pool not in pools:
+        raise BadOption(f"--family {variant} pools the class token only; use --family timm for average pooling")
+    if pool and pools[pool] is not None:
+        p["pool"] = pools[pool]
+    spec = {"source": p["data"], **({"augment": p["augment"]} if p.get("augment") else {})}
+    if "patch" not in given:
+        p["patch"] = fitting_patch(spec, p["patch"], log)
+    return spec
 
 
 def fitting_patch(spec: dict, patch: int, log) -> int:
@@ -74,13 +77,6 @@ def fitting_patch(spec: dict, patch: int, log) -> int:
     if fitted != patch:
         log(f"patch {patch} does not divide image size {size}; using patch {fitted}")
     return fitted
-
-
-def image_data_shape(family: str, ds) -> dict:
-    """The sizes an image data set decides for a ViT: image size, channels, classes."""
-    if ds.task != "cls":
-        raise ValueError(f"{family} needs image data, got {ds.spec['source']}")
-    return {"image_size": ds.image_size, "channels": ds.channels, "num_classes": ds.num_classes}
 
 
 def check_heads(width, heads):
@@ -232,21 +228,10 @@ class TokenLM:
     text data, and token ids in without a key/value cache."""
 
     family: str
-    input_key: str
-
-    def data_shape(self, ds) -> dict:
-        if ds.task != "lm":
-            raise ValueError(f"{self.family} needs text data, got {ds.spec['source']}")
-        return {"vocab_size": ds.vocab_size, "context": ds.context}
+    task: str
 
     def native_inputs(self, model, batch):
-        return (), {"input_ids": batch[self.input_key], "use_cache": False}
-
-    def output_head(self, model):
-        head = model.get_output_embeddings()
-        if not isinstance(head, torch.nn.Linear):
-            return None
-        return next((name for name, module in model.named_modules() if module is head), None)
+        return (), {"input_ids": batch[task(self.task).input_key], "use_cache": False}
 
 
 def rebuild(model, config, state: dict, view: dict, name: str, *, same: bool, was_tied: bool, tie, head: tuple,
@@ -311,5 +296,3 @@ class RotaryLM:
     def is_tied(self, model) -> bool:
         return bool(getattr(model.config, "tie_word_embeddings", False))
 
-    def untie(self, model):
-        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model

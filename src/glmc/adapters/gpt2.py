@@ -64,13 +64,11 @@ PAPER_WEIGHT_MATCHING = "paper"
 class GPT2Adapter(TokenLM, Adapter):
     family = "gpt2"
     task = "lm"
-    input_key = "input_ids"
     names = NAMES
-    native_classes = ("GPT2LMHeadModel",)
-    model_types = ("gpt2",)
     label = "GPT-2"
     checkpoint = HFCheckpoint(classes={"gpt2": ("GPT2LMHeadModel",)})
     training = Training(
+        head_loss=True,
         presets=PRESETS, model_options=("layers", "width", "heads", "mlp", "dropout", "tied", "activation"),
         # small enough for about a minute per model on 2 CPU cores, large enough to show a clear vanilla barrier
         demo_shape=dict(layers=4, width=128, heads=4, mlp=512, dropout=0.0, tied=True, activation="gelu_new"),
@@ -128,9 +126,6 @@ class GPT2Adapter(TokenLM, Adapter):
 
     def is_tied(self, model) -> bool:
         return bool(getattr(model.config, "tie_word_embeddings", True))
-
-    def untie(self, model):
-        return self.from_canonical(self.to_canonical(model), model, tie=False) if self.is_tied(model) else model
 
     def from_canonical(self, view, model, ln_eps=None, tie=None, consume=False):
         from transformers import GPT2LMHeadModel

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -27,11 +28,10 @@ from glmc.adapters.common import (
     VIT_OPTIONS,
     VIT_PRESETS,
     VIT_TRAINING,
-    ViTTraining,
     assign_state,
     check_heads,
     check_patch,
-    image_data_shape,
+    vit_data_spec,
 )
 from glmc.adapters.namemap import (
     CONV_PATCH,
@@ -45,6 +45,7 @@ from glmc.adapters.namemap import (
     NameMap,
     layer_norm,
 )
+from glmc.tasks import task
 
 CLASSES = ("ViTForImageClassification", "ViTModel")
 
@@ -75,19 +76,17 @@ def _is_classifier(model) -> bool:
     return type(model).__name__ == "ViTForImageClassification"
 
 
-class HFViTAdapter(ViTTraining, Adapter):
+class HFViTAdapter(Adapter):
     family = "hf-vit"
     task = "cls"
-    input_key = "pixel_values"
     names = NAMES
-    native_classes = CLASSES
-    model_types = ("vit",)
     label = "ViT"
     checkpoint = HFCheckpoint(classes={"vit": CLASSES}, by_architecture=True)
     training = replace(VIT_TRAINING,
         presets=VIT_PRESETS,
         model_options=VIT_OPTIONS,
-        variant="hf")
+        variant="hf",
+        data_spec=partial(vit_data_spec, variant="hf", pools={"cls": None}))
 
     @staticmethod
     def matches(model) -> bool:
@@ -140,11 +139,8 @@ class HFViTAdapter(ViTTraining, Adapter):
                         layer_norm_eps=1e-6)  # timm's eps, so HF and timm ViTs convert into each other exactly
         return ViTForImageClassification(cfg)
 
-    def data_shape(self, ds) -> dict:
-        return image_data_shape(self.family, ds)
-
     def native_inputs(self, model, batch):
-        return (), {"pixel_values": batch[self.input_key]}
+        return (), {"pixel_values": batch[task(self.task).input_key]}
 
     def output_logits(self, model, out):
         return out.logits if _is_classifier(model) else out.pooler_output  # ViTModel: the pooled output

@@ -92,15 +92,13 @@ def neox_groups(d_model: int, n_head: int, d_head: int, d_mlp: int, relu: bool, 
 class NeoXAdapter(TokenLM, RotaryLM, Adapter):
     family = "neox"
     task = "lm"
-    input_key = "input_ids"
     names = NAMES
-    native_classes = (CLASS,)
-    model_types = ("gpt_neox",)
     label = "GPT-NeoX (Pythia)"
     checkpoint = HFCheckpoint(classes={"gpt_neox": (CLASS,)},
                               format="config.json with model_type 'gpt_neox' + *.safetensors (save_pretrained, or "
                                      "Pythia's files)")
     training = Training(
+        head_loss=True,
         presets=PRESETS,
         model_options=("layers", "width", "heads", "mlp", "rotary", "parallel", "tied", "activation", "dropout"),
         demo_shape=dict(layers=4, width=128, heads=4, mlp=512, rotary=0.25, parallel=True, tied=False),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from glmc.adapters.base import TrainOption, UnsupportedModel
+from glmc.adapters.base import TrainOption, UnsupportedModel, text_spec
 from glmc.adapters.rope_decoders import RoPEDecoderAdapter, decoder_names
 from glmc.errors import BadOption
 from glmc.symmetry.declarations import standard_norms
@@ -47,11 +47,25 @@ REFUSED = {
 }
 
 
+def olmo_data_spec(p: dict, given: set, log) -> dict:
+    """The text spec, after reading --clip-qkv (a positive number, or none)."""
+    clip = p.get("clip_qkv")
+    if isinstance(clip, str):
+        try:
+            p["clip_qkv"] = None if clip.lower() in ("none", "off") else float(clip)
+        except ValueError:
+            raise BadOption(f"--clip-qkv takes a positive number or none, got {clip!r}") from None
+        if p["clip_qkv"] is not None and not p["clip_qkv"] > 0:
+            raise BadOption(f"--clip-qkv must be positive (or none), got {clip}")
+    return text_spec(p, given, log)
+
+
 class OlmoAdapter(RoPEDecoderAdapter):
     family = "olmo"
     names = NAMES
     label = "OLMo (v1)"
     training = replace(RoPEDecoderAdapter.training,
+        data_spec=olmo_data_spec,
         presets=PRESETS,
         model_options=RoPEDecoderAdapter.training.model_options + ("clip_qkv",),
         # the cpu preset's shape
@@ -65,17 +79,6 @@ class OlmoAdapter(RoPEDecoderAdapter):
                         "[preset: 8]."),))
     classes = {"olmo": "OlmoForCausalLM"}
     refused = REFUSED
-
-    def training_data(self, p: dict, given: set, log) -> dict:
-        clip = p.get("clip_qkv")
-        if isinstance(clip, str):
-            try:
-                p["clip_qkv"] = None if clip.lower() in ("none", "off") else float(clip)
-            except ValueError:
-                raise BadOption(f"--clip-qkv takes a positive number or none, got {clip!r}") from None
-            if p["clip_qkv"] is not None and not p["clip_qkv"] > 0:
-                raise BadOption(f"--clip-qkv must be positive (or none), got {clip}")
-        return super().training_data(p, given, log)
 
     def norm(self, model) -> str:
         return "layernorm"

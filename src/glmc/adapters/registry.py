@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from glmc import plugins
-from glmc.adapters.base import Adapter, UnsupportedModel
+from glmc.adapters.base import Adapter, UnsupportedModel, logits
 from glmc.adapters.bert import BertAdapter, RobertaAdapter
 from glmc.adapters.common import hf_config
 from glmc.adapters.gemma import GemmaAdapter
@@ -79,11 +79,14 @@ def adapter_for_dir(path) -> Adapter:
 
 
 def output_head(model) -> tuple[str, torch.nn.Linear] | None:
-    """(name, module) of the linear head whose input is the final hidden state (Adapter.output_head), or None."""
-    if getattr(model, "reads_batch", False):
+    """(name, module) of the linear head whose input is the final hidden state, where the family declares its logits
+    are exactly that head's output (Training.head_loss), or None."""
+    if getattr(model, "reads_batch", False) or not adapter_for(model, check=False).training.head_loss:
         return None
-    name = adapter_for(model, check=False).output_head(model)
-    return None if name is None else (name, model.get_submodule(name))
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        return None
+    return next(((name, module) for name, module in model.named_modules() if module is head), None)
 
 
 def forward(model, batch: dict, params: dict | None = None) -> torch.Tensor:
@@ -91,4 +94,4 @@ def forward(model, batch: dict, params: dict | None = None) -> torch.Tensor:
     models that read a batch dict themselves (`reads_batch = True`, e.g. the circuit form) are called with it."""
     if getattr(model, "reads_batch", False):
         return model(**batch) if params is None else torch.func.functional_call(model, params, (), batch)
-    return adapter_for(model, check=False).forward(model, batch, params)
+    return logits(adapter_for(model, check=False), model, batch, params)

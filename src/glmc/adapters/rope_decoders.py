@@ -113,22 +113,19 @@ class RoPEDecoderAdapter(TokenLM, RotaryLM, Adapter):
     what differs from Llama's (RMSNorm before each sublayer, llama_groups)."""
 
     task = "lm"
-    input_key = "input_ids"
     names = NAMES
     classes: dict[str, str] = {}
     refused: dict[str, str] = {}
-    training = Training(presets=PRESETS,
+    training = Training(presets=PRESETS, head_loss=True,
                         model_options=("layers", "width", "heads", "kv_heads", "head_dim", "mlp", "tied",
                                        "activation"),
                         options=ROPE_OPTIONS)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        # what tests/meta/test_layering.py keeps out of core code: the classes served and refused, their model types
-        cls.native_classes = tuple(cls.classes.values()) + tuple(cls.refused)
-        cls.model_types = tuple(cls.classes)
-        # one class per model type, whatever config.json's `architectures` says (as AutoModelForCausalLM)
-        cls.checkpoint = HFCheckpoint(classes={t: (name,) for t, name in cls.classes.items()})
+        # one class per model type, whatever config.json's `architectures` says (as AutoModelForCausalLM); the
+        # refused classes are the adapter's to refuse (check_supported), listed there for the layering test
+        cls.checkpoint = HFCheckpoint(classes={t: (name,) for t, name in cls.classes.items()}, refused=cls.refused)
 
     @classmethod
     def matches(cls, model) -> bool:

@@ -21,6 +21,7 @@ On disk: glmc/adapters/timm_config.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import nn
@@ -31,11 +32,10 @@ from glmc.adapters.common import (
     VIT_OPTIONS,
     VIT_PRESETS,
     VIT_TRAINING,
-    ViTTraining,
     assign_state,
     check_heads,
     check_patch,
-    image_data_shape,
+    vit_data_spec,
 )
 from glmc.adapters.namemap import (
     CONV_PATCH,
@@ -50,6 +50,7 @@ from glmc.adapters.namemap import (
     layer_norm,
 )
 from glmc.adapters.timm_config import TIMM_CONFIG, activation_name, load_timm, save_timm, timm_from_kwargs, timm_kwargs
+from glmc.tasks import task
 
 _B = "blocks.{i}."
 NAMES = NameMap([
@@ -95,23 +96,19 @@ def final_norm_key(model) -> str:
     return "norm" if _is_ln(model.norm) else "fc_norm"
 
 
-class TimmViTAdapter(ViTTraining, Adapter):
+class TimmViTAdapter(Adapter):
     family = "timm-vit"
     task = "cls"
-    input_key = "pixel_values"
     names = NAMES
-    native_classes = ("VisionTransformer",)
-    model_types = ()
     label = "timm ViT"
     checkpoint = FileCheckpoint(config_file=TIMM_CONFIG, config_format="timm", reader=load_timm, writer=save_timm,
+                                native_classes=("VisionTransformer",),
                                 format=f"{TIMM_CONFIG} + model.safetensors (glmc's timm format)")
     training = replace(VIT_TRAINING,
         presets=VIT_PRESETS,
         model_options=VIT_OPTIONS + ("pool",),
-        variant="timm")
-
-    def pooling(self, pool):
-        return {"cls": "token", "avg": "avg"}.get(pool) if pool else None
+        variant="timm",
+        data_spec=partial(vit_data_spec, variant="timm", pools={"cls": "token", "avg": "avg"}))
 
     @staticmethod
     def matches(model) -> bool:
@@ -211,11 +208,8 @@ class TimmViTAdapter(ViTTraining, Adapter):
             raise ValueError(f"timm cannot express MLP width {mlp} with embed_dim {width} (mlp_ratio rounding)")
         return model
 
-    def data_shape(self, ds) -> dict:
-        return image_data_shape(self.family, ds)
-
     def native_inputs(self, model, batch):
-        return (batch[self.input_key],), {}
+        return (batch[task(self.task).input_key],), {}
 
     def probe_inputs(self, model, n=2, seq=32, gen=None):
         gen = gen or torch.Generator().manual_seed(0)

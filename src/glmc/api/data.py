@@ -40,7 +40,7 @@ def resolve_data(data, model, required: str | None = None):
         return data
     if isinstance(data, str) and source is not None:  # a text source read the model's own way (an encoder's blocks)
         try:
-            data = adapter_for(model).text_data(model, data, source) or data
+            data = adapter_for(model).training.reading(model, data, source) or data
         except ValueError as e:
             raise BadData(str(e)) from None
     if isinstance(data, (str, dict)) and not is_batch_source(data):

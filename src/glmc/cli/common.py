@@ -234,7 +234,7 @@ def load_eval_data(model_dir, data=None, tokenizer=None, split="test", batch_siz
     if model is not None and isinstance(data, str):  # a text source for a model that reads text its own way
         from glmc.adapters import adapter_for
 
-        data = adapter_for(model).text_data(model, data, tokenizer or model_dir) or data
+        data = adapter_for(model).training.reading(model, data, tokenizer or model_dir) or data
     if model is not None and data is not None:  # before reading the data (or a tokenizer the model lacks)
         from glmc.models.checkpoint import check_data_task
 

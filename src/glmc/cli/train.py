@@ -1,6 +1,6 @@
 """`glmc train FAMILY`: train an endpoint and save it with its glmc.json record. The sub-commands, their presets
 and their model options come from the adapter registry (Adapter.training: command, presets, options,
-training_data): a family that declares presets is trainable with no change here."""
+data_spec): a family that declares presets is trainable with no change here."""
 
 from pathlib import Path
 
@@ -166,7 +166,7 @@ def _train(adapter, opts, extra):
     log = (lambda *a: None) if opts["quiet"] else click.echo
     given = {k for k, v in {**opts, **extra}.items() if v is not None}
     p = _merge(adapter.training.presets, opts, **extra)
-    spec = glmc.data.parse_spec(adapter.training_data(p, given, click.echo))
+    spec = glmc.data.parse_spec(adapter.training.data_spec(p, given, click.echo))
     shape = {k: p[k] for k in adapter.training.model_options if k in p}
     fields = TrainConfig.__dataclass_fields__
     cfg = TrainConfig(**{k: v for k, v in p.items() if k in fields})

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from glmc.adapters import forward
 from glmc.errors import BadOption, UnsupportedModel
 from glmc.matching.assignments import assignment, grouped_assignment
 from glmc.matching.common import canonical_pair, finish
@@ -84,7 +85,7 @@ def correlations(adapter, model_a, model_b, batches) -> dict[str, Correlation]:
     try:
         for batch in batches:
             for model in (model_a, model_b):
-                adapter.forward(model, {k: v.to(model_device(model)) for k, v in batch.items()})
+                forward(model, {k: v.to(model_device(model)) for k, v in batch.items()})
             for name in acts_a:
                 corr.setdefault(name, Correlation()).add(acts_a[name], acts_b[name])
     finally:

@@ -39,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from glmc import distributed
+from glmc.adapters import untied
 from glmc.data import training_stream
 from glmc.errors import BadOption
 from glmc.matching import nullspace
@@ -189,7 +190,7 @@ class LearnedMatcher:
         if mode == "circuit":  # interpolate whole circuits, as the paper's code does (glmc/view/circuit.py)
             template = circuit_model(template)
         else:
-            template = adapter.untie(template)
+            template = untied(adapter, template)
         self.template = template.to(self.device)
         for p in self.template.parameters():
             p.requires_grad_(False)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from glmc.adapters import adapter_for, adapter_for_dir, adapters
+from glmc.adapters import adapter_for, adapter_for_dir, adapters, canonical_shapes
 from glmc.adapters.files import pickled_headers, renamed, weight_files
 from glmc.errors import BadCheckpoint, IncompatibleModels, UnsupportedModel
 from glmc.memory import FilePages, register_weight_files, trim
@@ -187,7 +187,7 @@ ROLE_NAMES = {"embed": "vocabulary size", "pos_embed": "positions (context lengt
 
 
 def _fixed_sizes(adapter, model) -> dict:
-    return {k: shape[:-1] for k, shape in adapter.canonical_shapes(model).items() if k in ROLE_NAMES}
+    return {k: shape[:-1] for k, shape in canonical_shapes(adapter, model).items() if k in ROLE_NAMES}
 
 
 def _size(shape) -> str:

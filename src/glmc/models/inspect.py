@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from glmc.adapters import adapter_for
+from glmc.adapters import adapter_for, canonical_shapes
 from glmc.adapters.files import BIN_SINGLE, SAFE_SINGLE, weight_files
 from glmc.errors import IncompatibleModels
 from glmc.tasks import task
@@ -94,7 +94,7 @@ ROLE_LABELS = {"embed": "vocabulary", "pos_embed": "positions", "patch.w": "patc
 
 def _fixed(adapter, model) -> dict:
     roles = set(FIXED_ROLES) | {"head.w"}
-    return {k: shape[:-1] for k, shape in adapter.canonical_shapes(model).items() if k in roles}
+    return {k: shape[:-1] for k, shape in canonical_shapes(adapter, model).items() if k in roles}
 
 
 def incompatibility(models, paths) -> tuple[str, str] | None:

@@ -14,7 +14,7 @@ import copy
 
 import torch
 
-from glmc.adapters import adapter_for
+from glmc.adapters import adapter_for, untied
 from glmc.errors import BadOption, IncompatibleModels
 from glmc.view.circuit import CircuitModel
 
@@ -26,7 +26,7 @@ def harmonise(models: list) -> list:
         adapters = [adapter_for(m) for m in models]
         tied = [a.is_tied(m) for a, m in zip(adapters, models)]
         if len(set(tied)) > 1:
-            models = [a.untie(m) for a, m in zip(adapters, models)]
+            models = [untied(a, m) for a, m in zip(adapters, models)]
     shapes = [{k: tuple(v.shape) for k, v in m.state_dict().items()} for m in models]
     for i, s in enumerate(shapes[1:], 1):
         if s != shapes[0]:

@@ -2,7 +2,7 @@
 
 A part is a (role, layer) cell: role one of ROLES, layer a block index or None (keys outside the blocks). The
 declarations below are written against the canonical names of glmc/adapters/base.py, which every family shares;
-a family that adds keys of its own declares their roles in `Adapter.part_roles` (same template syntax), and a key
+a family that adds keys of its own declares their roles in `Arch.part_roles` (same template syntax), and a key
 nobody declared is placed by RULES (norm-like names to "norms", other keys outside the blocks to "embed_head",
 anything else in a block to "other"), so every key lands in exactly one cell.
 

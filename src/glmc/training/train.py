@@ -323,4 +323,4 @@ def _saver(family, shape, ds, cfg: TrainConfig, out):
 
 def data_shape(family: str, ds, shape: dict | None = None) -> dict:
     """The sizes the data decides (vocabulary and context for LMs; image size, channels, classes for images)."""
-    return adapter_named(family).data_shape(ds)
+    return adapter_named(family).training.data_shape(ds)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from glmc.errors import UnsupportedModel
 from glmc.io import atomic_dir
+from glmc.tasks import task
 from glmc.view.model_ops import canonical_view
 
 ATTN_KEYS = ("q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "o.w")
@@ -109,7 +110,7 @@ class CircuitModel(torch.nn.Module):
         return x + self._get("pos_embed")
 
     def forward(self, **batch):
-        """Logits for a glmc.data batch (its input under the adapter's `input_key`; targets are ignored)."""
+        """Logits for a glmc.data batch (its input under its task's input key; targets are ignored)."""
         c = self.config
         key = c.get("input_key") or next(k for k in batch if k not in ("targets", "labels"))
         x = self._embed(batch[key])
@@ -157,6 +158,6 @@ def circuit_model(model) -> CircuitModel:
     if arch.block != "sequential":
         raise UnsupportedModel(f"circuit mode builds sequential blocks; this {arch.family} model's blocks are "
                                f"{arch.block}; use --mode native")
-    config = {**adapter.io_spec(model), "input_key": adapter.input_key, "n_layer": arch.n_layer,
+    config = {**adapter.io_spec(model), "input_key": task(adapter.task).input_key, "n_layer": arch.n_layer,
               "n_head": arch.n_head, "d_head": arch.d_head, "ln_eps": arch.ln_eps}
     return CircuitModel(config, circuit_params(view, arch.n_layer)).eval()

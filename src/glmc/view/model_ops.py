@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from glmc.adapters import UnsupportedModel, adapter_for, forward
+from glmc.adapters import UnsupportedModel, adapter_for, batch_of, forward
 from glmc.models.evaluate import model_device
 from glmc.symmetry.random import resolve
 from glmc.symmetry.spec import split_name
@@ -55,7 +55,7 @@ def transform_model(model, transform: Transform, canonicalise_first: bool = True
 def logits(model, inputs) -> torch.Tensor:
     """float32 logits of `model` on a glmc.data batch dict, or on a bare input tensor (what
     verify.probe_inputs returns), moved to the model's device."""
-    batch = inputs if isinstance(inputs, dict) else adapter_for(model, check=False).batch_of(inputs)
+    batch = inputs if isinstance(inputs, dict) else batch_of(adapter_for(model, check=False), inputs)
     device = model_device(model)
     return forward(model, {k: v.to(device) for k, v in batch.items()}).float()
 
