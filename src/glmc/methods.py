@@ -11,7 +11,6 @@ as glmc.symmetry Elements, a report dict); `options` are its options class's fie
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,26 +72,19 @@ class Method:
 
     def function(self):
         """The align function (imported on first use), or None for the raw pair."""
-        return _resolve(self.align)
+        return plugins.resolve(self.align)
 
     def merge_function(self):
         """The merge function (imported on first use); BadOption if this method cannot merge."""
         if self.merge is None:
             raise BadOption(f"glmc cannot merge with {self.name!r}; choose {', '.join(names(merges=True))}")
-        return _resolve(self.merge)
+        return plugins.resolve(self.merge)
 
     def needs_data(self, model, options: Mapping) -> bool:
         """Whether this alignment of `model` reads data, given its options."""
         if self.data == "optional":
-            return bool(_resolve(self.wants_data)(model, **{k: v for k, v in options.items() if k != "data"}))
+            return bool(plugins.resolve(self.wants_data)(model, **{k: v for k, v in options.items() if k != "data"}))
         return self.data == "required"
-
-
-def _resolve(ref):
-    if not isinstance(ref, str):
-        return ref
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 # universe weight matching of k models, then, for a method that trains, every transform refined on the simplex

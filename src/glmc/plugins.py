@@ -18,6 +18,7 @@ import, names a record wrongly or reuses a name glmc already has is refused by n
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 
 from glmc.errors import GlmcError
@@ -106,3 +107,12 @@ class Registry:
 def _package(ep) -> str:
     dist = getattr(ep, "dist", None)
     return f"{dist.name} {dist.version}" if dist is not None else "unknown"
+
+
+def resolve(ref):
+    """A function a record gives as itself or as "module:function" (imported on first use, so that listing records
+    imports no heavy module: `glmc --help` loads every method's and task's record)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)

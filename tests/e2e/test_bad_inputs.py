@@ -335,6 +335,9 @@ ROWS = [
     ("device-nonsense", ["align", *A_B, "--out", "{out}", "--device", "toaster"], USAGE, "'toaster' is not a device"),
     ("train-steps-0", ["train", "gpt2", "--steps", "0", "--out", "{out}"], USAGE, "'--steps': 0 is not in"),
     ("train-layers-0", ["train", "vit", "--layers", "0", "--out", "{out}"], USAGE, "'--layers': 0 is not in"),
+    # a patch is fitted to the image size before the model is built: text given to a ViT was an internal error
+    ("train-vit-on-text", ["train", "vit", "--data", "shakespeare", "--out", "{out}"], ERROR,
+     "a ViT needs image data, got shakespeare"),
     ("plot-format", ["barrier", *A_B, "--plot", "{out}.foo"], USAGE, "cannot draw a .foo figure"),
     ("compute-dtype-bfloat16", ["align", *A_B, "--out", "{out}", "--compute-dtype", "bfloat16"], USAGE,
      "'bfloat16' is not one of 'float32', 'float64'"),

@@ -1,12 +1,13 @@
-"""Extending glmc from another package: tests/plugins/glmc-toy-plugin (a method, a model family and a data source,
-each a record behind an entry point) is installed with pip into a temporary folder, and glmc runs with it in real
-processes: records discovered, the method through the API and the CLI, the family trained, verified, aligned and
-merged and put through glmc's own conformance suite, models trained and evaluated on the data source. A broken
-plugin is refused in one line naming its package."""
+"""Extending glmc from another package: tests/plugins/glmc-toy-plugin (a method, a model family, data sources and a
+task, each a record behind an entry point) is installed with pip into a temporary folder, and glmc runs with it in
+real processes: records discovered, the method through the API and the CLI, the family trained, verified, aligned
+and merged and put through glmc's own conformance suite, models trained and evaluated on the data source and on the
+task's generated data. A broken plugin is refused in one line naming its package."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -50,19 +51,23 @@ def test_the_records_are_discovered_after_glmcs_own(env):
     from glmc.adapters import FAMILIES
     from glmc.data.sources import BUILTIN as BUILTIN_SOURCES
     from glmc.methods import names
+    from glmc.tasks import BUILTIN as BUILTIN_TASKS
 
     found = json.loads(_python(env, """
         import json
         from glmc.adapters import families
         from glmc.data.sources import sources
         from glmc.methods import method, names
+        from glmc.tasks import tasks
         print(json.dumps({"methods": names(), "families": list(families()), "sources": list(sources()),
+                          "tasks": list(tasks()),
                           "stochastic": names(stochastic=True), "merges": names(merges=True),
                           "options": method("random-symmetry").options.__name__}))
     """))
     assert found["methods"] == [*names(), "random-symmetry"]  # glmc's own first, in their order
     assert found["families"] == [*FAMILIES, "ministral"]
-    assert found["sources"] == [*(s.kind for s in BUILTIN_SOURCES), "docstrings"]
+    assert found["sources"] == [*(s.kind for s in BUILTIN_SOURCES), "docstrings", "repeats"]
+    assert found["tasks"] == [*(t.name for t in BUILTIN_TASKS), "induction"]
     assert "random-symmetry" in found["stochastic"] and "random-symmetry" not in found["merges"]
     assert found["options"] == "RandomSymmetryOptions"
     help_text = _run(env, GLMC, "--help").stdout
@@ -146,6 +151,39 @@ def test_models_train_and_are_evaluated_on_a_plugin_data_source(env, tmp_path):
     assert result["data"]["source"] == "docstrings" and result["results"]["none"]["n_batches"] == 1
     r = _run({**env, "PYTHONPATH": ""}, GLMC, "barrier", tmp_path / "d0", tmp_path / "d1", check=False)
     assert r.returncode == 1 and "unknown data source 'docstrings'" in r.stderr  # without the plugin: one line
+
+
+def test_models_learn_a_plugin_task_on_its_generated_data(env, tmp_path):
+    ds = json.loads(_python(env, """
+        import json, math, glmc.data
+        ds = glmc.data.load("repeats:16", context=15, examples=64)
+        batch = next(ds.batches("test", 4))
+        print(json.dumps({**ds.spec, "unigram": ds.unigram_entropy(), "inputs": batch["input_ids"].tolist(),
+                          "targets": batch["targets"].tolist()}))
+    """))
+    assert ds["task"] == "induction" and "tokenizer" not in ds and ds["unigram"] == pytest.approx(math.log(16))
+    for inputs, targets in zip(ds["inputs"], ds["targets"], strict=True):
+        assert inputs[8:] == inputs[:7] and targets[:7] == [-100] * 7 and targets[7:] == inputs[:8]  # the repeat
+    shape = ["--layers", 1, "--width", 32, "--heads", 2, "--context", 15, "--steps", 20, "--batch-size", 16,
+             "--eval-every", 20, "--eval-batches", 1, "--quiet"]
+    for seed in (0, 1):  # a GPT-2 (a language model) learns the task: its models are language models
+        _run(env, GLMC, "train", "gpt2", "--data", "repeats:16", "--seed", seed, "--out", tmp_path / f"i{seed}", *shape)
+    record = json.loads((tmp_path / "i0" / "glmc.json").read_text())
+    assert record["data"]["task"] == "induction" and "tokenizer" not in record
+    assert record["baseline"]["unigram_test_loss"] == pytest.approx(math.log(16))
+    assert "checks within 0.0001" in _run(env, GLMC, "verify", tmp_path / "i0").stdout.splitlines()[-1]
+    _run(env, GLMC, "barrier", tmp_path / "i0", tmp_path / "i1", "--align", "none,weight", "--points", 3,
+         "--no-progress", "--json", tmp_path / "b.json")
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["data"]["task"] == "induction"
+    for method in ("none", "weight"):  # scored on the repeats only: 8 predictions per test example
+        curve = result["results"][method]
+        assert all(math.isfinite(x) for x in curve["loss"]) and curve["n_predictions"] == 8 * (4096 // 8)
+    # the task's data feed only models of its model task: an image classifier is refused in one line
+    r = _run(env, GLMC, "train", "vit", "--data", "repeats:16", "--quiet", "--out", tmp_path / "v", check=False)
+    assert r.returncode == 1 and len([x for x in r.stderr.splitlines() if x.strip()]) == 1, r.stderr
+    r = _run({**env, "PYTHONPATH": ""}, GLMC, "barrier", tmp_path / "i0", tmp_path / "i1", check=False)
+    assert r.returncode == 1 and "unknown task 'induction'" in r.stderr  # without the plugin: one line
 
 
 def test_the_plugin_family_passes_glmcs_conformance_suite(env):

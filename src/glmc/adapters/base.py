@@ -138,8 +138,8 @@ def plain_reading(model, source: str, tokenizer_dir) -> None:
 
 
 def text_shape(ds) -> dict:
-    """The build() sizes a text data set decides for a language model: vocabulary and context."""
-    if ds.task != "lm":
+    """The build() sizes a data set of language models decides: vocabulary and context."""
+    if task(ds.task).models != "lm":
         raise ValueError(f"a language model needs text data, got {ds.spec['source']}")
     return {"vocab_size": ds.vocab_size, "context": ds.context}
 

@@ -72,7 +72,7 @@ def vit_data_spec(p: dict, given: set, log, *, variant: str, pools: dict) -> dic
 
 def fitting_patch(spec: dict, patch: int, log) -> int:
     """The preset's patch, or the largest smaller one that divides the image size (8×8 digits, 32×32 CIFAR)."""
-    size = glmc.data.load(glmc.data.parse_spec(spec)).image_size
+    size = image_data_shape(glmc.data.load(glmc.data.parse_spec(spec)))["image_size"]  # refuses other data by name
     fitted = max(d for d in range(1, min(patch, size) + 1) if size % d == 0)
     if fitted != patch:
         log(f"patch {patch} does not divide image size {size}; using patch {fitted}")

@@ -16,12 +16,14 @@ lm.py and vision.py for what the batches hold.
 import json
 from pathlib import Path
 
+from glmc.plugins import resolve
+from glmc.tasks import task
+
 from . import tables
-from .lm import LMDataset, load_lm
-from .mlm import load_mlm
+from .lm import LMDataset
 from .sources import source_of
 from .spec import parse_spec, task_of
-from .vision import ImageDataset, load_images
+from .vision import ImageDataset
 
 __all__ = ["load", "load_for_model", "parse_spec", "task_of", "training_stream", "LMDataset", "ImageDataset"]
 
@@ -39,20 +41,16 @@ def load(spec, *, use_tokenizer=None, use_preprocessor=None, **options):
     one) decides the image size, channels and normalisation the spec does not already fix.
     """
     full = parse_spec(spec, **options)
-    if full["task"] == "cls" and use_preprocessor is not None and source_of(full["source"]).preprocessed:
+    record = task(full["task"])
+    if use_preprocessor is not None and not record.reads_text and source_of(full["source"]).preprocessed:
         full = {**tables.preprocessor(use_preprocessor), **full}
     cacheable = use_tokenizer is None or isinstance(use_tokenizer, (str, Path))
     key = (json.dumps(full, sort_keys=True), str(use_tokenizer)) if cacheable else None
     if key in _CACHE:
         return _CACHE[key]
-    if full["task"] == "lm":
-        ds = load_lm(full, use_tokenizer)
-    elif full["task"] == "mlm":
-        ds = load_mlm(full, use_tokenizer)
-    else:
-        if use_tokenizer is not None:
-            raise ValueError("a tokenizer was given for image data")
-        ds = load_images(full)
+    if use_tokenizer is not None and not record.reads_text:
+        raise ValueError(f"a tokenizer was given for {record.data_label}")
+    ds = resolve(record.load)(full, use_tokenizer)
     if key is not None:  # under the completed spec too, which is what later callers pass back
         _CACHE[key] = _CACHE[(json.dumps(ds.spec, sort_keys=True), key[1])] = ds
     return ds
@@ -75,5 +73,6 @@ def load_for_model(model_dir, **options):
     record = json.loads(record_path.read_text())
     if "data" not in record:
         raise ValueError(f"{record_path} has no 'data' entry")
-    tok = model_dir if record["data"].get("task") in ("lm", "mlm") else None
+    given = record["data"].get("task")
+    tok = model_dir if given and task(given).reads_text else None
     return load(record["data"], use_tokenizer=tok, **options)

@@ -38,6 +38,8 @@ class DataSource:
     augment: an image source's default augmentation; options: the spec keys only this source takes.
     preprocessed: its images take the size, channels and normalisation of the model's preprocessor_config.json
         where the spec does not fix them (tables of images).
+    generated: nothing is read: its task's loader makes the data from the spec (synthetic data, such as a
+        plugin task's repeated random tokens), so it gives no reader.
     """
 
     kind: str
@@ -53,13 +55,15 @@ class DataSource:
     augment: str = "none"
     options: tuple[str, ...] = ()
     preprocessed: bool = False
+    generated: bool = False
 
     def __post_init__(self):
         if not self.kind or ":" in self.kind or self.kind != self.kind.strip():
             raise ValueError(f"a data source's kind is the spec's prefix, without ':': {self.kind!r}")
         if self.path not in PATHS:
             raise ValueError(f"data source {self.kind!r}: path must be one of {', '.join(PATHS)}")
-        if (self.read_text is None and self.read_pieces is None and self.read_images is None) or (
+        readers = (self.read_text, self.read_pieces, self.read_images)
+        if (all(r is None for r in readers) and not self.generated) or (
                 self.read_text is not None and self.read_pieces is not None):
             raise ValueError(f"data source {self.kind!r}: give its reader (read_text or read_pieces for text, "
                              "read_images for images; a table that holds either gives both)")

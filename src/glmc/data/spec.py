@@ -25,6 +25,9 @@ Tables (glmc/data/tables.py): "jsonl:PATH[:FIELD]", "parquet:PATH[:FIELD]", "hf-
 """
 
 
+from glmc.plugins import resolve
+from glmc.tasks import task
+
 from .mlm import STYLES
 from .mlm import check_kind as check_mlm_kind
 from .sources import absolute, absolute_path, source_of, sources
@@ -53,13 +56,12 @@ def parse_spec(data, **options) -> dict:
     if "source" not in spec:
         raise ValueError(f"data spec has no 'source': {spec}")
     spec["source"] = absolute(spec["source"])
-    if spec.get("task") == "mlm":  # text read by an encoder: only an explicit spec asks for it
-        return _complete_mlm(spec)
-    spec["task"] = task_of(spec["source"])
-    return _complete_lm(spec) if spec["task"] == "lm" else _complete_cls(spec)
+    # the source's task, unless the spec names another that reads it (masked-LM text: only an explicit spec asks)
+    spec["task"] = spec.get("task") or task_of(spec["source"])
+    return resolve(task(spec["task"]).complete)(spec)
 
 
-def _complete_mlm(spec: dict) -> dict:
+def complete_mlm(spec: dict) -> dict:
     if task_of(spec["source"]) != "lm":
         raise ValueError(f"masked-LM data needs a text source, got {spec['source']!r}")
     unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "style", "text_sha256", "n_chars",
@@ -81,7 +83,9 @@ def _complete_mlm(spec: dict) -> dict:
     return spec
 
 
-def _complete_lm(spec: dict) -> dict:
+def complete_lm(spec: dict) -> dict:
+    if task_of(spec["source"]) != "lm":
+        raise ValueError(f"language-model data needs a text source, got {spec['source']!r}")
     unknown = set(spec) - {"task", "source", "tokenizer", "context", "split", "text_sha256", "n_chars", "n_tokens",
                            "split_rule"}
     if unknown:
@@ -97,7 +101,9 @@ def _complete_lm(spec: dict) -> dict:
     return spec
 
 
-def _complete_cls(spec: dict) -> dict:
+def complete_cls(spec: dict) -> dict:
+    if task_of(spec["source"]) != "cls":
+        raise ValueError(f"image-classification data needs an image source, got {spec['source']!r}")
     record = source_of(spec["source"])
     unknown = set(spec) - {"task", "source", "augment", "labels", "image_size", "normalize", "val",
                            "n_images", "num_classes", "channels", "split_rule"}

@@ -134,7 +134,7 @@ def channel_stats(x: np.ndarray, max_value: int) -> dict:
     return {"mean": means, "std": stds}
 
 
-def load_images(spec: dict) -> ImageDataset:
+def load_images(spec: dict, tokenizer=None) -> ImageDataset:
     record = source_of(spec["source"])
     if record.read_images is None:
         raise ValueError(f"data {spec['source']!r} is not an image source")

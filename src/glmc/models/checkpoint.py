@@ -243,10 +243,11 @@ def data_options_for(model, data) -> dict:
 
 
 def check_data_task(data_task: str, source: str, model, path) -> None:
-    """Refuse data of another task than the model's (text for an image classifier, images for an LM)."""
+    """Refuse data of a task that models of another task learn (text for an image classifier, images for an LM;
+    Task.model_task lets a task's data feed another task's models)."""
     adapter = adapter_for(model)
     task = adapter.arch(model).task
-    if data_task != task:
+    if get_task(data_task).models != task:
         model_task, given = get_task(task), get_task(data_task)
         raise IncompatibleModels(f"{path} is a {adapter.family} model for {model_task.data_label} "
                                  f"({model_task.model_label}), but the data {source!r} is {given.data_label}: "
