@@ -4,9 +4,11 @@ second list exists). A method from another package is one record behind an entry
 
     METHOD = Method(name="my-method", summary="…", align="my_package.matching:align", options=MyOptions)
 
-Its `align(model_a, model_b, **options)` returns a glmc.matching.common.Alignment (both endpoints, the transform
-as glmc.symmetry Elements, a report dict); `options` are its options class's fields (glmc/options.py), plus
-`data` when it takes data. This module imports no torch: listing the methods costs nothing.
+Its `align(model_a, model_b, options, *, data=None, ...)` returns a glmc.matching.common.Alignment (both endpoints,
+the transform as glmc.symmetry Elements, a report dict); `options` is an instance of its options class
+(glmc/options.py), built and validated from the caller's keywords and passed whole; its keyword-only parameters are
+what glmc hands it besides (`data` when it takes data, `fill` for an embedded narrower model). This module imports
+no torch: listing the methods costs nothing.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ class Method:
 
     name: how the API (`glmc.align(a, b, name)`), the CLI (`--method`, `--align`) and results name it.
     summary: one line for help texts and the documentation's table.
-    align: "module:function" (imported when first used) or the function itself, `(model_a, model_b, **options)
-        -> Alignment`; None for the raw pair ("none").
-    options: its options class (its fields are its keyword options and its CLI flags); None: it takes none (but
-        a pair of different widths' null_space).
-    preset: keyword arguments of `align` this method fixes (activation-perm: residual="permutation";
+    align: "module:function" (imported when first used) or the function itself, `(model_a, model_b, options,
+        *, data=None, ...) -> Alignment`; None for the raw pair ("none").
+    options: its options class (its fields are its keyword options and its CLI flags; an instance reaches `align`
+        whole); None: it takes none (but a pair of different widths' null_space).
+    preset: what this method fixes, options or `align` keywords (activation-perm: residual="permutation";
         learned-perm: permutations_only=True).
     data: "never", "optional" (only when `wants_data(model, **options)` says so) or "required".
     stochastic: its result depends on its options' `seed` (glmc barrier --seeds repeats it, reports the spread).

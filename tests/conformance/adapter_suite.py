@@ -348,6 +348,7 @@ class AdapterConformance:
         differ); a model without a circuit form is refused by the adapter's reason."""
         from glmc.matching.paper import paper_weight_matching
         from glmc.matching.weight import align
+        from glmc.options import WeightOptions
         from glmc.view.circuit import circuit_params
 
         model, adapter, arch = self.parts(config)
@@ -355,7 +356,7 @@ class AdapterConformance:
             adapter.io_spec(model)
         except UnsupportedModel:
             with pytest.raises(UnsupportedModel):
-                align(model, self.make(config, 1), mode="circuit", progress=False)
+                align(model, self.make(config, 1), WeightOptions(mode="circuit", progress=False))
             return
         view_a = canonicalise(adapter.to_canonical(model), arch)
         view_b = random_full_transform(arch, torch.Generator().manual_seed(3)).apply(view_a, arch)
@@ -390,6 +391,7 @@ class AdapterConformance:
         stream is A's times it, so the least-squares fit on their cross moments is its inverse."""
         from glmc.data.iterable import IterableData
         from glmc.matching.activation import align as activation_align
+        from glmc.options import ActivationOptions
         from glmc.symmetry.elements import IndexMap, LinearMap
 
         model, adapter, arch = self.parts(config)
@@ -415,7 +417,8 @@ class AdapterConformance:
         batch = x if adapter.task in ("lm", "mlm") else (x, torch.zeros(x.shape[0], dtype=torch.long))
         data = IterableData([batch], adapter.task)
         try:
-            found = activation_align(model, model_b, data=data, train_batches=1, progress=False, residual=residual)
+            options = ActivationOptions(train_batches=1, progress=False, residual=residual)
+            found = activation_align(model, model_b, options, data=data)
         except UnsupportedModel as e:  # a family whose groups activation matching cannot fill says so
             assert "activation matching" in str(e)
             return

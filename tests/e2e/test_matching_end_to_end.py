@@ -11,6 +11,7 @@ from conftest import run_cli
 from factories import tiny_gpt2
 from glmc.matching import weight
 from glmc.matching.select import midpoint_loss, training_batches
+from glmc.options import WeightOptions
 
 
 def _pair_and_data(gpt2_pair):
@@ -26,8 +27,8 @@ def test_selection_keeps_the_candidate_with_the_lowest_midpoint_loss(gpt2_pair, 
     from glmc.matching.common import canonical_pair
 
     a, b, data = _pair_and_data(gpt2_pair)
-    al = weight.align(a, b, data=data, mode=mode, progress=False, select_batches=2,
-                      candidates="glmc,paper,glmc-l1")
+    al = weight.align(a, b, WeightOptions(mode=mode, progress=False, select_batches=2, candidates="glmc,paper,glmc-l1"),
+                      data=data)
     sel = al.report["select"]
     names = [c["name"] for c in sel["candidates"]]
     assert names == ["glmc/start1", "glmc/start2", "paper", "glmc-l1"] and sel["batches"] == 2

@@ -175,15 +175,19 @@ def test_a_shared_name_means_one_thing():
                 assert field_of(cls, name).default == field_of(other, name).default, name
 
 
-def test_matching_functions_take_their_defaults_from_the_classes():
+def test_matching_functions_take_their_options_object_whole():
+    """Each method's align gets its options class's instance (the defaults live in the class alone), and by keyword
+    only what glmc adds besides (data, the null-space fill); no option field is a parameter of its own."""
     from glmc.matching import _method_function
     from glmc.matching.learned import LearnedMatcher
 
     for method, cls in (("weight", WeightOptions), ("activation", ActivationOptions), ("learned", LearnedOptions)):
         params = inspect.signature(_method_function(method)).parameters
-        for name in cls.names():
-            if name != "null_space":  # glmc.matching.align's own, for pairs of different widths
-                assert params[name].default == field_of(cls, name).default, (method, name)
+        assert list(params)[:3] == ["model_a", "model_b", "options"], method
+        assert cls.__name__ in str(params["options"].annotation), method
+        assert not set(params) & set(cls.names()), method
+        assert {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY} <= {"data", "fill", "learn_free",
+                                                                             "permutations_only"}, method
     fit = inspect.signature(LearnedMatcher.fit).parameters
     for name in ("weight_decay", "warmup", "sampler", "bias", "eval_every", "eval_batches", "patience", "seed"):
         assert fit[name].default == field_of(MergeOptions, name).default, name

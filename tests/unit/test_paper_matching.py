@@ -76,16 +76,17 @@ def test_native_paper_algorithm_recovers_a_planted_symmetry_with_head_maps():
     """algorithm="paper" in native mode: the paper's alternation, then per-head invertible maps given its
     permutations; from B = π(A) with every group of GPT-2 planted it lands on A's weights."""
     from glmc.matching.weight import align
+    from glmc.options import WeightOptions
     from glmc.symmetry.random import random_full_transform
     from glmc.view.model_ops import transform_model
 
     model = tiny_gpt2()
     arch = canonical_view(model)[1].arch(model)
     other = transform_model(model, random_full_transform(arch, torch.Generator().manual_seed(2)))
-    al = align(model, other, algorithm="paper", progress=False)
+    al = align(model, other, WeightOptions(algorithm="paper", progress=False))  # the options object, whole
     assert al.report["algorithm"] == "paper" and al.report["head_maps"]
     assert al.report["distance_before"] > 0.1 and al.report["distance_after"] <= 1e-6
-    plain = align(model, other, algorithm="paper", head_maps=False, progress=False)
+    plain = align(model, other, WeightOptions(algorithm="paper", head_maps=False, progress=False))
     assert plain.report["distance_after"] > 1e-3  # the maps are what closes the last gap
 
 

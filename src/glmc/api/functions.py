@@ -133,17 +133,19 @@ def align(model_a, model_b, method: str = "weight", data=None, *, options=None, 
         use. BadData: a data-driven method without data. TypeError: an unknown option.
     """
     record = method_record(method)  # an unknown method is refused by name
-    options = _method_options(method, options, kw)
+    opts, pair = _method_options(method, options, kw)
+    given = {**(opts.as_dict() if opts is not None else {}), **pair}
     compute = torch_dtype(compute_dtype, "compute_dtype", COMPUTE_DTYPES)
     _check([model_a, model_b])
     model_a, model_b = in_dtype(model_a, compute), in_dtype(model_b, compute)
     if record.data == "required":
-        options["data"] = resolve_data(data, model_a, required=f"{method} matching")
-    elif options.get("seen_tokens"):  # weight matching's paper-style fit of the seen embedding rows
-        options["data"] = resolve_data(data, model_a, required=f"{method} matching with seen_tokens=True")
-    elif record.needs_data(model_a, options):  # e.g. weight matching choosing among candidates, on data if any
-        options["data"] = resolve_data(data, model_a)
-    al = match(model_a, model_b, method, **options)
+        given["data"] = resolve_data(data, model_a, required=f"{method} matching")
+    elif given.get("seen_tokens"):  # weight matching's paper-style fit of the seen embedding rows
+        given["data"] = resolve_data(data, model_a, required=f"{method} matching with seen_tokens=True")
+    elif record.needs_data(model_a, given):  # e.g. weight matching choosing among candidates, on data if any
+        given["data"] = resolve_data(data, model_a)
+    # the options object travels whole; the pair option and the data beside it
+    al = match(model_a, model_b, method, opts, **pair, **({"data": given["data"]} if "data" in given else {}))
     _inherit(al.model_a, model_a)
     _inherit(al.model_b, model_b)
     groups = _groups(al.model_a)
@@ -154,9 +156,9 @@ def align(model_a, model_b, method: str = "weight", data=None, *, options=None, 
     result.dtype = _rounding(result.moved_model, torch_dtype(dtype) or stored_dtype(moved_input), al.report)
     al.report["dtypes"] = {"compute": _name(compute), "inputs": [_name(stored_dtype(m)) for m in (model_a, model_b)],
                            "written": result.dtype}
-    result.provenance = provenance(options=full_options(method, {**options, "compute_dtype": compute_dtype}),
-                                   data=_data_record(options.get("data")), models=_sources(model_a, model_b),
-                                   seeds=[options["seed"]] if "seed" in options else None)
+    result.provenance = provenance(options=full_options(method, {**given, "compute_dtype": compute_dtype}),
+                                   data=_data_record(given.get("data")), models=_sources(model_a, model_b),
+                                   seeds=[given["seed"]] if "seed" in given else None)
     return result
 
 
@@ -172,9 +174,9 @@ def _data_record(ds, batches=None) -> dict | None:
     return {"spec": spec if spec is not None else type(ds).__name__, "batches": batches}
 
 
-def _method_options(method: str, options, kw: dict) -> dict:
-    """Every option of `method` as keywords for glmc.matching.align, validated by its options class (an
-    unknown name: TypeError; a bad value: BadOption; an old name: DeprecationWarning)."""
+def _method_options(method: str, options, kw: dict) -> tuple:
+    """(`method`'s options object, validated by its class: an unknown name TypeError, a bad value BadOption, an old
+    name DeprecationWarning; or None for a method without options) and the pair option beside it."""
     cls = method_record(method).options
     # the pair option a class may not declare ("none" has no class; a plugin's may lack it): checked and kept as is
     pair = {} if cls is not None and "null_space" in cls.names() else \
@@ -187,8 +189,8 @@ def _method_options(method: str, options, kw: dict) -> dict:
         if kw:
             raise TypeError(f"{method} matching got unknown option(s) {', '.join(sorted(kw))}; its options: "
                             "null_space")
-        return pair
-    return {**cls.build(options, _stacklevel=4, **kw).as_dict(), **{k: v for k, v in pair.items() if v is not None}}
+        return None, pair
+    return cls.build(options, _stacklevel=4, **kw), {k: v for k, v in pair.items() if v is not None}
 
 
 def _check(models) -> None:

@@ -53,28 +53,35 @@ def _names(cls) -> list[str]:
 
 
 def _accepted(func) -> list[str]:
-    """The keyword parameters of a method's align function (its options class's fields, and glmc's own)."""
-    return [k for k, p in inspect.signature(func).parameters.items()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and k not in ("model_a", "model_b")]
+    """What a method's align function takes besides the two models and its options object, by keyword (data,
+    fill, …: glmc's own, not the options class's)."""
+    return [k for k, p in inspect.signature(func).parameters.items() if p.kind is p.KEYWORD_ONLY]
 
 
-def align(model_a, model_b, method: str = "weight", **options) -> Alignment:
-    """Bring `model_b` next to `model_a` by a symmetry transform; see the module docstring. Options are the
-    method's own (glmc.matching.weight.align, activation.align, learned.align); an unknown one raises TypeError."""
+def align(model_a, model_b, method: str = "weight", options=None, **kw) -> Alignment:
+    """Bring `model_b` next to `model_a` by a symmetry transform; see the module docstring. `options`: the
+    method's options object (its record's class, glmc/options.py), and keywords on top: its fields, validated by
+    the class (an unknown one raises TypeError, a bad value BadOption), and what the method's align function takes
+    besides (data, fill, …). The method's function gets the options object whole."""
     record = method_record(method)
     func = record.function()
     if model_shape(model_a) != model_shape(model_b):
-        return _align_widths(model_a, model_b, method, **options)
-    options.pop("null_space", None)  # only pairs of different widths have a null space to fill
+        return _align_widths(model_a, model_b, method, options, **kw)
+    kw.pop("null_space", None)  # only pairs of different widths have a null space to fill
     if func is None:
-        check_options(method, lambda: None, options)
+        if options is not None:
+            raise TypeError(f"method {method!r} takes no options object")
+        check_options(method, lambda: None, kw)
         return Alignment(model_a, model_b, None, {"method": method})
-    options.update(record.preset)
-    check_options(method, func, options)
-    return func(model_a, model_b, **options)
+    kw.update(record.preset)
+    context = {k: kw.pop(k) for k in list(kw) if k in _accepted(func)}
+    if record.options is None:  # a method without options: its keywords are its own
+        check_options(method, func, kw)
+        return func(model_a, model_b, **context, **kw)
+    return func(model_a, model_b, record.options.build(options, _stacklevel=3, **kw), **context)
 
 
-def _align_widths(model_a, model_b, method, **options) -> Alignment:
+def _align_widths(model_a, model_b, method, options=None, **kw) -> Alignment:
     """Different widths: embed the narrower model exactly into the wider architecture (glmc/view/widen.py), then
     align it to the wider one, which stays the reference; the pair keeps the caller's order (A first)."""
     record = method_record(method)
@@ -96,22 +103,23 @@ def _align_widths(model_a, model_b, method, **options) -> Alignment:
     # the pair is interpolated with the wide model's LayerNorm eps; report what that does to the embedded one
     eps_effect = _eps_effect(embedded, wide)
     learned = record.trains
-    if learned and options.get("sampler") is None:
+    if learned and kw.get("sampler") is None and getattr(options, "sampler", None) is None:
         # λ over the whole path: the paper's code draws λ nearer the wide model, which leaves the barrier on the
         # narrow side of the path untrained (decision D13)
-        options["sampler"] = "uniform"
+        kw["sampler"] = "uniform"
     # the embedded model's free reader weights (glmc/matching/nullspace.py): "learned" trains them with the other
     # latents, "fixed" copies the wide model's, "off" leaves the zeros of the embedding
-    null_space = options.pop("null_space", None) or ("learned" if learned else "fixed")
+    null_space = kw.pop("null_space", None) or getattr(options, "null_space", None) or \
+        ("learned" if learned else "fixed")
     if null_space not in NULL_SPACE_MODES:
         raise BadOption(f"unknown null-space mode {null_space!r}; choose from {', '.join(NULL_SPACE_MODES)}")
     if null_space == "learned" and not learned:
         raise BadOption("null_space='learned' needs learned matching (it trains on the task loss)")
     if func is not None:
-        options["fill"] = null_space != "off"
+        kw["fill"] = null_space != "off"
     if learned:
-        options["learn_free"] = null_space == "learned"
-    inner = align(wide, embedded, method, **options)
+        kw["learn_free"] = null_space == "learned"
+    inner = align(wide, embedded, method, options, **kw)
     widened = {"from": list(model_shape(narrow)), "to": list(w), "narrow_is": "A" if a_narrow else "B",
                "eps_effect_max_dlogits": eps_effect, "embedding_max_dlogits": max_logit_change(narrow, embedded)}
     report = {**inner.report, "null_space": null_space if inner.transform is not None else "off",

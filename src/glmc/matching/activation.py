@@ -133,13 +133,13 @@ def match_grouped_heads_by_outputs(c: torch.Tensor, n_head: int, n_kv: int):
     return groups, query, _dim_maps(blocks, total, n_head // n_kv)
 
 
-def align(model_a, model_b, *, data=None, train_batches: int = ActivationOptions.train_batches,
-          progress: bool = ActivationOptions.progress, train_batch_size: int = ActivationOptions.train_batch_size,
-          fill: bool = False, residual: str | None = ActivationOptions.residual):
+def align(model_a, model_b, options: ActivationOptions | None = None, *, data=None, fill: bool = False):
     """Activation matching on `train_batches` training batches of `train_batch_size` from `data` (module docstring;
-    the options are ActivationOptions', glmc/options.py); `fill`: an embedded
-    narrower B's free reader weights are filled with A's (glmc/matching/nullspace.py); `residual`: "permutation"
-    (the correlation baseline) or the model's residual group ("orthogonal"; None: DEFAULT_RESIDUAL)."""
+    `options`, an ActivationOptions of glmc/options.py, arrives whole); `fill`: an embedded narrower B's free
+    reader weights are filled with A's (glmc/matching/nullspace.py); `residual`: "permutation" (the correlation
+    baseline) or the model's residual group ("orthogonal"; None: DEFAULT_RESIDUAL)."""
+    o = options if options is not None else ActivationOptions()
+    train_batches, train_batch_size, progress, residual = o.train_batches, o.train_batch_size, o.progress, o.residual
     if data is None:
         raise ValueError("activation matching needs data (the models' glmc.json or --data)")
     if train_batches < 1:

@@ -377,14 +377,10 @@ class LearnedMatcher:
                 "transforms": best["transforms"], "targets": best["targets"]}
 
 
-def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft: bool = L.soft,
-          iterations: int = L.iterations, progress: bool = L.progress, steps=L.steps, epochs=L.epochs,
-          minutes=L.minutes, lr: float = L.lr, sampler: str | None = L.sampler, bias: float = L.bias,
-          eval_every: int = L.eval_every, eval_batches: int = L.eval_batches, patience=L.patience,
-          train_batch_size: int = L.train_batch_size, seed: int = L.seed, mode: str = L.mode,
-          perm_lr: float | None = L.perm_lr, fill: bool = False, learn_free: bool = False,
-          autocast: str | None = L.autocast, checkpoint: bool = L.checkpoint, restarts: int | None = L.restarts):
-    """Learned matching (module docstring): `steps` / `epochs` / `minutes` budget (default DEFAULT_STEPS), AdamW
+def align(model_a, model_b, options: LearnedOptions | None = None, *, data=None, permutations_only: bool = False,
+          fill: bool = False, learn_free: bool = False):
+    """Learned matching (module docstring) with `options`, a LearnedOptions (glmc/options.py) that arrives whole:
+    `steps` / `epochs` / `minutes` budget (default DEFAULT_STEPS), AdamW
     at `lr` (`perm_lr` for permutation latents; None: DEFAULT_PERM_LR, PERMUTATIONS_ONLY_LR with
     `permutations_only`), λ from `sampler`, validation every `eval_every` steps on
     `eval_batches` batches with early stopping after `patience` checks; `permutations_only` learns the
@@ -393,6 +389,12 @@ def align(model_a, model_b, *, data=None, permutations_only: bool = False, soft:
     `autocast` ("bfloat16", "float16"): the training steps' forward and backward in that precision; `checkpoint`:
     recompute each block's activations during backward instead of keeping them (less memory, ~⅓ more compute);
     `restarts`: the weight-matching start's (glmc/matching/alternation.py; None: 1)."""
+    o = options if options is not None else LearnedOptions()
+    soft, iterations, progress, steps, epochs, minutes = o.soft, o.iterations, o.progress, o.steps, o.epochs, o.minutes
+    lr, sampler, bias, eval_every, eval_batches, patience = o.lr, o.sampler, o.bias, o.eval_every, o.eval_batches, \
+        o.patience
+    train_batch_size, seed, mode, perm_lr, autocast, checkpoint, restarts = o.train_batch_size, o.seed, o.mode, \
+        o.perm_lr, o.autocast, o.checkpoint, o.restarts
     if data is None:
         raise ValueError("learned matching trains on data (the models' glmc.json or --data)")
     sampler = sampler or "narrow"  # the paper's λ ~ U(0.4, 0.6)

@@ -21,20 +21,15 @@ from glmc.matching.nullspace import free_probes
 from glmc.matching.paper import fits_head_maps, paper_transform
 from glmc.matching.residual_fit import residual_kind, seen_token_rows
 from glmc.matching.select import align_selected
-from glmc.options import SELECT_BATCHES
+from glmc.options import SELECT_BATCHES, WeightOptions
 from glmc.options import WeightOptions as W
 
 # the defaults are WeightOptions' (glmc/options.py), which documents each option
 
 
-def align(model_a, model_b, *, iterations: int = W.iterations, residual: str | None = W.residual,
-          head_maps: bool = W.head_maps, progress: bool = W.progress, mode: str = W.mode, fill: bool = False,
-          head_similarity: str = W.head_similarity, tol: float = TOL, data=None, seen_tokens: bool = W.seen_tokens,
-          centred_keys: bool = W.centred_keys, unit_similarity: str = W.unit_similarity, weighting: str = W.weighting,
-          restarts: int | None = W.restarts, algorithm: str = W.algorithm, select_batches: int | None = None,
-          candidates=None):
-    """Weight matching (module docstring). `residual`: None or "orthogonal" (the declared residual group) or a
-    declared subgroup ("permutation");
+def align(model_a, model_b, options: WeightOptions | None = None, *, data=None, fill: bool = False):
+    """Weight matching (module docstring) with `options`, a WeightOptions (glmc/options.py) that arrives whole:
+    `residual`: None or "orthogonal" (the declared residual group) or a declared subgroup ("permutation");
     `head_maps`: fit per-head maps (native mode only: circuits absorb them); `fill`: an embedded narrower B's
     free reader weights are filled with A's (glmc/matching/nullspace.py); `head_similarity`: "auto" (heads
     compared per rotary plane under RoPE, `rotary_circuit_similarity`) or "circuit" (whole QK circuits); `tol`:
@@ -50,23 +45,26 @@ def align(model_a, model_b, *, iterations: int = W.iterations, residual: str | N
     `data`, run every alternation of `candidates` (glmc/matching/select.py; default DEFAULT_CANDIDATES) and keep the
     one whose path midpoint has the lowest loss on this many training batches; None: resolve_select's default,
     0: off."""
-    glmc_only = dict(fill=fill, head_similarity=head_similarity, tol=tol, seen_tokens=seen_tokens,
-                     centred_keys=centred_keys, unit_similarity=unit_similarity, weighting=weighting, restarts=restarts)
-    n_select = resolve_select(model_a, algorithm, select_batches, data, candidates, **glmc_only)
+    o = options if options is not None else WeightOptions()
+    glmc_only = dict(fill=fill, head_similarity=o.head_similarity, tol=o.tol, seen_tokens=o.seen_tokens,
+                     centred_keys=o.centred_keys, unit_similarity=o.unit_similarity, weighting=o.weighting,
+                     restarts=o.restarts)
+    n_select = resolve_select(model_a, o.algorithm, o.select_batches, data, o.candidates, **glmc_only)
     if n_select:
-        return align_selected(model_a, model_b, data=data, batches=n_select, candidates=candidates,
-                              iterations=iterations, residual=residual, tol=tol, mode=mode, head_maps=head_maps,
-                              progress=progress)
-    if resolve_algorithm(model_a, mode, algorithm, **glmc_only) == "paper":
-        return _align_paper(model_a, model_b, iterations, residual, data, progress, restarts, mode, head_maps)
+        return align_selected(model_a, model_b, data=data, batches=n_select, candidates=o.candidates,
+                              iterations=o.iterations, residual=o.residual, tol=o.tol, mode=o.mode,
+                              head_maps=o.head_maps, progress=o.progress)
+    if resolve_algorithm(model_a, o.mode, o.algorithm, **glmc_only) == "paper":
+        return _align_paper(model_a, model_b, o.iterations, o.residual, data, o.progress, o.restarts, o.mode,
+                            o.head_maps)
     adapter, arch, view_a, view_b = canonical_pair(model_a, model_b, park_big=True)
-    restarts = default_restarts(view_a) if restarts is None else restarts
-    head_maps = head_maps and mode == "native"  # circuits absorb the per-head maps
-    rows = seen_token_rows(data, view_a) if seen_tokens and data is not None else None
-    t, log = weight_matching(view_a, view_b, arch, iterations, residual, head_maps, progress,
-                             head_similarity=head_similarity, tol=tol, centred_keys=centred_keys,
-                             unit_similarity=unit_similarity, rows=rows, weighting=weighting, restarts=restarts)
-    report = {"method": "weight", "residual": residual_kind(arch, residual), "head_maps": head_maps,
+    restarts = default_restarts(view_a) if o.restarts is None else o.restarts
+    head_maps = o.head_maps and o.mode == "native"  # circuits absorb the per-head maps
+    rows = seen_token_rows(data, view_a) if o.seen_tokens and data is not None else None
+    t, log = weight_matching(view_a, view_b, arch, o.iterations, o.residual, head_maps, o.progress,
+                             head_similarity=o.head_similarity, tol=o.tol, centred_keys=o.centred_keys,
+                             unit_similarity=o.unit_similarity, rows=rows, weighting=o.weighting, restarts=restarts)
+    report = {"method": "weight", "residual": residual_kind(arch, o.residual), "head_maps": head_maps,
               "restarts": restarts, "iterations": log,
               "transform": t.describe(), "distance_before": log[0]["distance"],
               # the alternation measured the distance of the transform it returns (a pass over both views fewer)

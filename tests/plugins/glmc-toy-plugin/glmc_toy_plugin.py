@@ -34,8 +34,9 @@ class RandomSymmetryOptions(Options):
     seed: int = option(0, HELP["seed"])  # the name glmc's stochastic methods share, so one meaning
 
 
-def align(model_a, model_b, seed: int = 0):
+def align(model_a, model_b, options: RandomSymmetryOptions):
     """B moved by a random element of its declared groups (A canonicalised, as every method's endpoints are)."""
+    seed = options.seed
     import torch
 
     from glmc.matching.common import canonical_pair, finish
