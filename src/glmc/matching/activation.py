@@ -34,7 +34,7 @@ from glmc.options import ActivationOptions
 from glmc.symmetry.elements import IndexMap, LinearMap
 from glmc.symmetry.kinds import kind
 from glmc.symmetry.spec import group_name
-from glmc.symmetry.structure import structure
+from glmc.symmetry.structure import STREAM, structure
 from glmc.symmetry.transform import Transform
 
 # decision D8. "orthogonal" names whatever residual group the model declares.
@@ -174,7 +174,7 @@ def align(model_a, model_b, options: ActivationOptions | None = None, *, data=No
     else:
         moments = sum(corr[f"blocks.{i}"].cross_moment() for i in range(arch.n_layer))
         candidates = kind(res_kind).nearest_per_sign(moments)
-    transforms = [Transform({declared.stream: res, **inner.elements}) for res in candidates]
+    transforms = [Transform({STREAM: res, **inner.elements}) for res in candidates]
     signs = None
     if len(transforms) > 1:  # a global sign (±P after post-LN): decided by the weights, not the moments
         distances = [streamed_distance(view_a, view_b, t.elements, arch) for t in transforms]
@@ -192,7 +192,7 @@ def _check_kinds(arch, res_kind: str) -> None:
     """Activation matching finds permutations (and the residual kind asked for); each group must admit them."""
     found = structure(arch.groups)
     heads = (found.heads.order, found.heads.value_maps) if found.heads else ()
-    roles = heads + ((found.units.order,) if found.units else ()) + ((found.stream,) if res_kind == "permutation"
+    roles = heads + ((found.units.order,) if found.units else ()) + ((STREAM,) if res_kind == "permutation"
                                                                    else ())
     for role in roles:  # the order inside key/value groups: grouped by construction
         spec = arch.groups.get(role)

@@ -72,7 +72,7 @@ from glmc.memory import park, release_keys, trim
 from glmc.options import WeightOptions
 from glmc.symmetry.elements import IndexMap, LinearMap, ScaleMap
 from glmc.symmetry.spec import group_name
-from glmc.symmetry.structure import structure
+from glmc.symmetry.structure import STREAM, structure
 from glmc.symmetry.transform import Transform, apply_elements
 
 HEAD_SIMILARITIES = ("auto", "circuit")
@@ -107,7 +107,7 @@ def match_inner(view_a, view_b, arch, head_maps: bool = True, head_similarity: s
     groups, t = arch.groups, Transform()
     found = structure(groups)
     heads, mlp = found.heads, found.units
-    stream = {} if residual is None else {found.stream: residual}
+    stream = {} if residual is None else {STREAM: residual}
     chunks = layer_chunks(view_b, arch.n_layer)
     pending: dict[str, list] = {}  # role -> (layer, its Kind's head problem), solved after the loop
     units = Assignments(LSA_WORKERS, LSA_QUEUED)
@@ -240,7 +240,6 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
     if weighting not in WEIGHTINGS:
         raise BadOption(f"unknown residual weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
     residual = residual_kind(arch, residual)
-    stream = structure(arch.groups).stream
     log = [] if log is None else log
     keys_all = residual_keys(view_a, arch.n_layer, arch)
     t0 = time.perf_counter()
@@ -269,7 +268,7 @@ def weight_matching(view_a, view_b, arch, iterations: int = 15, residual: str | 
             fitted = ResidualPass(view_a, view_b, inner.elements, arch, keys_all, weighting, rows, unmoved, known)
             res = solve_residual(fitted.fit, residual)
             t3 = time.perf_counter()
-            full = Transform({stream: res, **inner.elements})
+            full = Transform({STREAM: res, **inner.elements})
             dist = fitted.distance(res)
             if dist is None:
                 dist = streamed_distance(view_a, view_b, full.elements, arch)

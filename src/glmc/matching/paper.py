@@ -37,7 +37,7 @@ from glmc.matching.mlp_units import signature_similarity
 from glmc.matching.residual_fit import cross_correlation, moved_part, residual_kind, solve_residual, streamed_distance
 from glmc.symmetry.solvers import circuit_similarity
 from glmc.symmetry.spec import group_name
-from glmc.symmetry.structure import structure
+from glmc.symmetry.structure import STREAM, structure
 from glmc.symmetry.transform import Transform, apply_elements
 
 # the tables iteration 0 fits O on: token / patch embeddings, positions, the LM head or classifier
@@ -65,7 +65,7 @@ def match_circuits(view_a, view_b, arch, res) -> dict:
     heads, units = found.heads, found.units
     chunks = layer_chunks(view_b, arch.n_layer)
     for i in range(arch.n_layer):
-        b = moved_part(view_b, chunks[i], {found.stream: res}, arch)
+        b = moved_part(view_b, chunks[i], {STREAM: res}, arch)
         elements[group_name(heads.order, i)] = assignment(-circuit_distances(head_factors(view_a, heads, i),
                                                                              head_factors(b, heads, i)))
         if units is not None:
@@ -89,7 +89,7 @@ def block_cross(view_a, view_b, arch, res, inner: dict) -> torch.Tensor:
     chunks = layer_chunks(view_b, arch.n_layer)
     for i in range(arch.n_layer):
         permuted = moved_part(view_b, chunks[i], inner, arch)
-        full = moved_part(view_b, chunks[i], {found.stream: res, **inner}, arch)
+        full = moved_part(view_b, chunks[i], {STREAM: res, **inner}, arch)
         qa, ka, va, oa = head_factors(view_a, heads, i)
         qp, _, _, op = head_factors(permuted, heads, i)
         _, kf, vf, _ = head_factors(full, heads, i)
@@ -137,9 +137,9 @@ def paper_weight_matching(view_a, view_b, arch, iterations: int = 15, residual: 
         t2 = time.perf_counter()
         inner = match_circuits(view_a, view_b, arch, res)
         t3 = time.perf_counter()
-        dist = streamed_distance(view_a, view_b, {structure(arch.groups).stream: res, **inner}, arch)
+        dist = streamed_distance(view_a, view_b, {STREAM: res, **inner}, arch)
         log.append({"step": it + 1, "distance": dist, "residual_seconds": t2 - t1, "inner_seconds": t3 - t2})
-    t = Transform({structure(arch.groups).stream: res, **inner})
+    t = Transform({STREAM: res, **inner})
     log.append({"step": "done", "seconds": time.perf_counter() - t0, "distance": log[-1]["distance"]})
     return t, log
 
@@ -156,9 +156,8 @@ def paper_transform(view_a, view_b, arch, iterations, residual, rows, progress, 
     bring B's factors onto A's given its residual map and permutations."""
     t, log = paper_weight_matching(view_a, view_b, arch, iterations, residual, rows, progress)
     # the adapter's own groups (an MLM head's units, a pooler), which the paper's alternation does not know
-    stream = structure(arch.groups).stream
-    t.elements.update(match_declared(view_a, view_b, arch, {stream: t.elements[stream]}
-                                     if stream in t.elements else {}))
+    t.elements.update(match_declared(view_a, view_b, arch, {STREAM: t.elements[STREAM]}
+                                     if STREAM in t.elements else {}))
     if head_maps:  # B moved once (a model-sized copy), then one pass fitting the maps alone
         maps = match_inner(view_a, apply_elements(view_b, t.elements, arch), arch, permutations=False)
         t = t.then(maps, arch)

@@ -76,7 +76,6 @@ class Units:
 
 @dataclass(frozen=True)
 class Structure:
-    stream: str | None  # STREAM when declared
     heads: Heads | None
     units: Units | None
     own: tuple[str, ...]  # declared roles solved from their rows alone (glmc/matching/declared.py)
@@ -142,5 +141,4 @@ def structure(groups: dict) -> Structure:
     units = _units(groups, rows, taken)
     if units:
         taken |= {units.order, units.scale} - {None}
-    return Structure(STREAM if STREAM in groups else None, heads, units,
-                     tuple(role for role in groups if role not in taken))
+    return Structure(heads, units, tuple(role for role in groups if role not in taken))
